@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages tpud needs, only those that are missing, with at most one
+# `apt-get update`. Safe to run any number of times; a no-op once everything is present.
+#
+#   deploy/deps.sh           build and test dependencies (what `make test` and `make run` need)
+#   deploy/deps.sh bench     also the benchmark anchors (oneDNN, OpenBLAS) and load tools
+#   deploy/deps.sh fuzz      also clang and its sanitizer runtimes
+set -euo pipefail
+
+build_pkgs=(
+  cmake make gcc pkg-config
+  libevent-dev libprotobuf-c-dev protobuf-c-compiler
+  libssl-dev openssl libjansson-dev libcunit1-dev
+  python3 python3-numpy curl
+)
+bench_pkgs=(libdnnl-dev libopenblas-dev g++)
+fuzz_pkgs=(clang libclang-rt-14-dev)
+
+want=("${build_pkgs[@]}")
+for group in "$@"; do
+  case "$group" in
+    build) ;;
+    bench) want+=("${bench_pkgs[@]}") ;;
+    fuzz) want+=("${fuzz_pkgs[@]}") ;;
+    *) echo "deps.sh: unknown group '$group' (expected build, bench or fuzz)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${want[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [ "$status" = "install ok installed" ] || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps.sh: installing ${missing[*]}" >&2
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "deps.sh: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+# Try without refreshing the package lists first; update once only if that fails.
+if ! $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
+  $sudo apt-get update -q >/dev/null
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
