@@ -197,19 +197,29 @@ tpu_status_t tpu_matmul(tpu_engine_t *engine, tpu_dtype_t dtype, size_t m, size_
  * no overlap between tiles. K is split into ceil(K/R) row tiles and N into ceil(N/C) column
  * tiles; each (k-tile, n-tile) pair costs
  *
- *     load  = R            weights shifted in one array row per cycle
- *   + fill  = R - 1        skew: row r of the array sees the first input r cycles late
+ *     load  = R            weights shifted in from the top, one array row per cycle
+ *   + fill  = R - 1        skew: row r of the array sees the first input r cycles late, so the
+ *                          first partial sum reaches the bottom row R - 1 cycles in
  *   + stream= M            one input vector enters per cycle
- *   + drain = C - 1        the last partial sums ripple through the remaining columns
+ *   + drain = C - 1        inputs move one column per cycle, so column c finishes c cycles after
+ *                          column 0 and the last column C - 1 cycles after it
  *
- * so cycles = ceil(K/R) · ceil(N/C) · (2R + M + C - 2). Partial tiles cost as much as full ones
- * (unused PEs idle), which is what utilization measures. Returns 0 if any argument is 0 or the
- * count overflows uint64. */
+ * Counting from the first streaming cycle (0), output (m, c) of a tile is completed by PE(R-1, c)
+ * in cycle m + (R-1) + c and leaves the array at the end of it; the last one, (M-1, C-1), ends
+ * cycle M + R + C - 3. So cycles = ceil(K/R) · ceil(N/C) · (2R + M + C - 2). Partial tiles cost
+ * as much as full ones (unused PEs hold zero weights and idle), which is what utilization
+ * measures. Partial sums of successive k-tiles are added in an accumulator memory outside the
+ * array as they leave it, at no extra cycles. Returns 0 if any argument is 0 or the count
+ * overflows uint64. */
 uint64_t tpu_systolic_cycles(unsigned rows, unsigned cols, uint64_t m, uint64_t k, uint64_t n);
 
 /* Cycle-stepped simulation of the same array computing C[M][N] = A[M][K]·Bᵀ with B [N][K], in
- * INT8 with INT32 accumulation, PE by PE. Slow: an oracle for small shapes. *cycles receives the
- * simulated count, which must equal tpu_systolic_cycles. */
+ * INT8 with INT32 accumulation, PE by PE. Slow: an oracle for small shapes. C is overwritten, not
+ * accumulated into. *cycles receives the simulated count, which must equal tpu_systolic_cycles.
+ * Errors: TPU_EINVAL for a NULL pointer or a zero dimension; TPU_EOVERFLOW for K > 131071 (a
+ * dot product of K int8 pairs could leave int32) or sizes whose buffers or simulation state
+ * cannot be addressed; TPU_ENOMEM when the R×C register file cannot be allocated. All of these
+ * are reported before C or *cycles is written. */
 tpu_status_t tpu_systolic_simulate(unsigned rows, unsigned cols, size_t m, size_t k, size_t n,
                                    const int8_t *a, const int8_t *b_nk, int32_t *c,
                                    uint64_t *cycles);

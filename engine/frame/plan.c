@@ -1,0 +1,249 @@
+/*
+ * plan.c - plans: one static shape against packed weights, compiled once, run many times.
+ *
+ * DESIGN
+ * tpu_plan_create makes every decision and every allocation: it validates the shape and the
+ * epilogue, copies the bias, sizes the scratch for converting FP32 input (to BF16, or to INT8
+ * with per-row scales), the FP32 rows softmax needs before a BF16/INT8 store, the kernels'
+ * per-thread workspaces, the split over threads and the statistics one run adds. tpu_plan_run
+ * then converts A, calls the kernel set's gemm on disjoint blocks of C (on the engine's pool for
+ * large plans), applies softmax to whole rows, and accounts the call. It allocates nothing and
+ * must never be run by two threads at once on the same plan (the scratch is the plan's).
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "tpu_internal.h"
+
+struct tpu_plan {
+  tpu_engine_t *engine;
+  const tpu_weights_t *w;
+  const tpu__dtype_kernels_t *kern;
+  size_t m;
+  tpu_dtype_t a_dtype, out_dtype;
+  tpu_act_t act;
+  float out_scale;
+  float *bias;      /* n floats or NULL */
+  void *a_conv;     /* [m][k] of the compute dtype when a_dtype is FP32 and compute is not */
+  float *a_scales;  /* m scales when FP32 input is quantized */
+  float *y;         /* [m][n] FP32 rows for softmax before a BF16/INT8 store, else NULL */
+  char *ws;         /* nparts workspaces of ws_stride bytes */
+  size_t ws_stride;
+  unsigned nparts;  /* 1: run on the calling thread; else the pool's thread count */
+  int split_rows;   /* parallel split over rows (else over columns) */
+  uint64_t macs, cycles, slots; /* added to the statistics by every run */
+  tpu__gemm_args_t args;        /* a, a_scales and c are filled in per run */
+};
+
+static tpu_status_t check_epilogue(const tpu_epilogue_t *ep, const tpu_weights_t *w) {
+  if ((unsigned)ep->act >= (unsigned)TPU_ACT_COUNT) return TPU_EINVAL;
+  switch (ep->out_dtype) {
+  case TPU_DTYPE_FP32:
+    break;
+  case TPU_DTYPE_BF16:
+    if (w->compute != TPU_DTYPE_BF16) return TPU_EDTYPE;
+    break;
+  case TPU_DTYPE_INT8:
+    if (w->compute != TPU_DTYPE_INT8) return TPU_EDTYPE;
+    if (!tpu__positive_finite(ep->out_scale)) return TPU_EINVAL;
+    break;
+  case TPU_DTYPE_INT32:
+    if (w->compute != TPU_DTYPE_INT8) return TPU_EDTYPE;
+    /* Raw accumulators: nothing may shift, scale or bend them. */
+    if (ep->bias || ep->act != TPU_ACT_NONE) return TPU_EINVAL;
+    break;
+  default:
+    return TPU_EDTYPE;
+  }
+  /* out_scale means something for INT8 output only; a value elsewhere is a caller's mistake. */
+  if (ep->out_dtype != TPU_DTYPE_INT8 && ep->out_scale != 0.0f) return TPU_EINVAL;
+  /* INT8 weights packed without scales (tpu_matmul) only make raw accumulators. */
+  if (w->compute == TPU_DTYPE_INT8 && !w->scales && ep->out_dtype != TPU_DTYPE_INT32)
+    return TPU_EINVAL;
+  return TPU_OK;
+}
+
+/* Systolic-model cost of one run; TPU_EOVERFLOW when it does not fit uint64. */
+static tpu_status_t model_cost(const tpu_engine_t *e, size_t m, size_t k, size_t n,
+                               uint64_t *macs, uint64_t *cycles, uint64_t *slots) {
+  if (__builtin_mul_overflow((uint64_t)m, (uint64_t)k, macs) ||
+      __builtin_mul_overflow(*macs, (uint64_t)n, macs))
+    return TPU_EOVERFLOW;
+  *cycles = tpu_systolic_cycles(e->rows, e->cols, m, k, n);
+  if (*cycles == 0) return TPU_EOVERFLOW; /* every argument is ≥ 1: 0 means overflow */
+  if (__builtin_mul_overflow(*cycles, (uint64_t)e->rows, slots) ||
+      __builtin_mul_overflow(*slots, (uint64_t)e->cols, slots))
+    return TPU_EOVERFLOW;
+  return TPU_OK;
+}
+
+/* Sizes the scratch in bytes, each term overflow-checked. */
+static int add_bytes(size_t *total, size_t count, size_t size) {
+  size_t b;
+  if (__builtin_mul_overflow(count, size, &b)) return -1;
+  b = (b + TPU__KERNEL_ALIGN - 1) & ~(size_t)(TPU__KERNEL_ALIGN - 1);
+  return __builtin_add_overflow(*total, b, total) ? -1 : 0;
+}
+
+tpu_status_t tpu_plan_create(tpu_engine_t *engine, const tpu_weights_t *w, size_t m,
+                             tpu_dtype_t a_dtype, const tpu_epilogue_t *ep, tpu_plan_t **out) {
+  static const tpu_epilogue_t plain = {.bias = NULL, .act = TPU_ACT_NONE,
+                                       .out_dtype = TPU_DTYPE_FP32, .out_scale = 0.0f};
+  tpu_plan_t *p = NULL;
+  tpu_status_t st;
+  if (!out) return TPU_EINVAL;
+  *out = NULL;
+  if (!engine || !w) return TPU_EINVAL;
+  if (w->ks != engine->ks) return TPU_EINVAL; /* packed for another kernel set */
+  if (!ep) ep = &plain;
+  size_t k = w->k, n = w->n;
+  st = tpu__check_dims(m, k, n);
+  if (st != TPU_OK) return st;
+  if (a_dtype != TPU_DTYPE_FP32 && a_dtype != w->compute) return TPU_EDTYPE;
+  st = check_epilogue(ep, w);
+  if (st != TPU_OK) return st;
+
+  uint64_t macs, cycles, slots;
+  st = model_cost(engine, m, k, n, &macs, &cycles, &slots);
+  if (st != TPU_OK) return st;
+
+  p = calloc(1, sizeof *p);
+  if (!p) return TPU_ENOMEM;
+  p->engine = engine;
+  p->w = w;
+  p->kern = w->kern;
+  p->m = m;
+  p->a_dtype = a_dtype;
+  p->out_dtype = ep->out_dtype;
+  p->act = ep->act;
+  p->out_scale = ep->out_scale;
+  p->macs = macs;
+  p->cycles = cycles;
+  p->slots = slots;
+  p->nparts = engine->pool && macs >= TPU__PAR_MIN_MACS ? tpu__pool_threads(engine->pool) : 1;
+  size_t mr = p->kern->mr ? p->kern->mr : 1;
+  p->split_rows = (m + mr - 1) / mr >= p->nparts;
+
+  st = TPU_ENOMEM;
+  if (ep->bias) {
+    p->bias = malloc(n * sizeof *p->bias);
+    if (!p->bias) goto fail;
+    for (size_t j = 0; j < n; j++) p->bias[j] = ep->bias[j];
+  }
+  if (a_dtype != w->compute) {
+    p->a_conv = tpu__aligned_alloc(m * k * tpu_dtype_size(w->compute));
+    if (!p->a_conv) goto fail;
+    if (w->compute == TPU_DTYPE_INT8) {
+      p->a_scales = malloc(m * sizeof *p->a_scales);
+      if (!p->a_scales) goto fail;
+    }
+  }
+  if (ep->act == TPU_ACT_SOFTMAX && ep->out_dtype != TPU_DTYPE_FP32) {
+    p->y = tpu__aligned_alloc(m * n * sizeof *p->y);
+    if (!p->y) goto fail;
+  }
+  size_t ws = p->kern->ws_size ? p->kern->ws_size(k) : 0, total = 0;
+  if (ws) {
+    if (add_bytes(&p->ws_stride, ws, 1) || add_bytes(&total, p->nparts, p->ws_stride)) {
+      st = TPU_EOVERFLOW;
+      goto fail;
+    }
+    p->ws = tpu__aligned_alloc(total);
+    if (!p->ws) goto fail;
+  }
+
+  p->args = (tpu__gemm_args_t){
+      .m = m,
+      .k = k,
+      .n = n,
+      .w = w->packed,
+      .w_scales = w->scales,
+      .bias = p->bias,
+      /* Softmax needs whole rows: the kernel stores FP32 y and the frame finishes the rows. */
+      .act = ep->act == TPU_ACT_SOFTMAX ? TPU_ACT_NONE : ep->act,
+      .out_dtype = ep->act == TPU_ACT_SOFTMAX ? TPU_DTYPE_FP32 : ep->out_dtype,
+      .out_scale = ep->out_scale,
+      .ldc = n,
+  };
+  *out = p;
+  return TPU_OK;
+
+fail:
+  tpu_plan_free(p);
+  return st;
+}
+
+void tpu_plan_free(tpu_plan_t *plan) {
+  if (!plan) return;
+  free(plan->bias);
+  free(plan->a_conv);
+  free(plan->a_scales);
+  free(plan->y);
+  free(plan->ws);
+  free(plan);
+}
+
+size_t tpu_plan_m(const tpu_plan_t *plan) { return plan ? plan->m : 0; }
+
+/* [lo, hi) of part `part` of `nparts` over `total` items handed out in grains of `grain`. */
+static void split(size_t total, size_t grain, unsigned part, unsigned nparts, size_t *lo,
+                  size_t *hi) {
+  size_t grains = (total + grain - 1) / grain;
+  size_t g0 = grains * part / nparts, g1 = grains * (part + 1) / nparts;
+  *lo = g0 * grain < total ? g0 * grain : total;
+  *hi = g1 * grain < total ? g1 * grain : total;
+}
+
+/* One part of a run: a block of whole rows or whole columns, with its own workspace. */
+static void run_part(void *arg, unsigned part, unsigned nparts) {
+  tpu_plan_t *p = arg;
+  const tpu__gemm_args_t *a = &p->args;
+  size_t m0 = 0, m1 = a->m, n0 = 0, n1 = a->n;
+  if (p->split_rows)
+    split(a->m, p->kern->mr ? p->kern->mr : 1, part, nparts, &m0, &m1);
+  else
+    split(a->n, p->kern->nr ? p->kern->nr : 1, part, nparts, &n0, &n1);
+  if (m0 < m1 && n0 < n1)
+    p->kern->gemm(a, m0, m1, n0, n1, p->ws ? p->ws + part * p->ws_stride : NULL);
+}
+
+tpu_status_t tpu_plan_run(tpu_plan_t *p, const void *a, const float *a_scales, void *c) {
+  if (!p || !a || !c) return TPU_EINVAL;
+  size_t m = p->m, k = p->args.k, n = p->args.n;
+  tpu_dtype_t compute = p->w->compute;
+
+  /* Prologue: A in the compute dtype, and its row scales for INT8. */
+  if (p->a_dtype == TPU_DTYPE_INT8 && p->out_dtype != TPU_DTYPE_INT32) {
+    if (!a_scales) return TPU_EINVAL;
+    for (size_t i = 0; i < m; i++)
+      if (!tpu__positive_finite(a_scales[i])) return TPU_ERANGE;
+  }
+  p->args.a = a;
+  p->args.a_scales = p->a_dtype == TPU_DTYPE_INT8 ? a_scales : NULL;
+  if (p->a_dtype != compute) {
+    if (compute == TPU_DTYPE_BF16) {
+      tpu_bf16_from_fp32_n(p->a_conv, a, m * k);
+    } else { /* INT8 */
+      tpu_status_t st = tpu_quantize_rows(a, m, k, p->a_conv, p->a_scales);
+      if (st != TPU_OK) return st;
+      p->args.a_scales = p->a_scales;
+    }
+    p->args.a = p->a_conv;
+  }
+  p->args.c = p->y ? (void *)p->y : c;
+
+  if (p->nparts == 1 || !tpu__pool_run(p->engine->pool, run_part, p)) run_part(p, 0, 1);
+
+  if (p->act == TPU_ACT_SOFTMAX) {
+    float *y = p->args.c;
+    for (size_t i = 0; i < m; i++) tpu__softmax_row(y + i * n, n);
+    if (p->out_dtype == TPU_DTYPE_BF16) {
+      tpu_bf16_from_fp32_n(c, y, m * n);
+    } else if (p->out_dtype == TPU_DTYPE_INT8) {
+      int8_t *q = c;
+      for (size_t i = 0; i < m * n; i++) q[i] = tpu__requantize(y[i], p->out_scale);
+    }
+  }
+  tpu__engine_account(p->engine, p->macs, p->cycles, p->slots);
+  return TPU_OK;
+}

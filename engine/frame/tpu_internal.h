@@ -1,0 +1,92 @@
+/*
+ * tpu_internal.h - what the frame's source files share: the engine, weights and plan objects,
+ * the engine's limits, the thread pool and the conversion helpers.
+ *
+ * DESIGN
+ * Nothing here is public API; the `tpu__` prefix marks it (libuv's `uv__`). Unit tests include
+ * this header to reach behind the API (forcing a kernel set, checking the pool), nothing else.
+ */
+#ifndef TPU_INTERNAL_H
+#define TPU_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tpu_engine.h"
+#include "tpu_kernels.h"
+
+/* Engine limits; beyond them calls fail with TPU_EOVERFLOW. They keep every index and byte
+ * count far from overflow and turn absurd shapes into errors instead of allocation attempts. */
+#define TPU__MAX_DIM ((size_t)1 << 24)   /* M, K or N: 16 Mi */
+#define TPU__MAX_ELEMS ((size_t)1 << 32) /* elements of one matrix (A, W or C): 4 Gi */
+/* INT8 compute: the exact int32 accumulator holds k products of magnitude up to 128·128
+ * (-128 is accepted in caller-quantized data), so k ≤ INT32_MAX / 16384. */
+#define TPU__MAX_K_INT8 ((size_t)INT32_MAX / (128 * 128))
+#define TPU__MAX_THREADS 256u
+#define TPU__MAX_SYSTOLIC 65536u /* R or C of the modelled array */
+/* Plans with fewer multiply-accumulates run on the calling thread alone: waking the pool costs
+ * more than it saves. */
+#define TPU__PAR_MIN_MACS ((uint64_t)1 << 18)
+
+/* ---- thread pool (pool.c) ---- */
+
+/* A fixed set of worker threads created with the engine, so runs create no threads. One
+ * parallel job runs at a time; a caller that finds the pool busy gets 0 from tpu__pool_run and
+ * computes on its own thread instead of waiting (no deadlock, no queue to allocate). */
+typedef struct tpu__pool tpu__pool_t;
+typedef void (*tpu__pool_fn)(void *arg, unsigned part, unsigned nparts);
+
+/* Starts nthreads - 1 workers (the caller of tpu__pool_run is the nthreads-th); nthreads ≥ 2. */
+tpu_status_t tpu__pool_create(unsigned nthreads, tpu__pool_t **out);
+void tpu__pool_free(tpu__pool_t *pool);
+unsigned tpu__pool_threads(const tpu__pool_t *pool);
+/* Runs fn(arg, p, n) for every p in [0, n), n = tpu__pool_threads, part 0 on the calling thread,
+ * and returns 1 when all parts are done; returns 0 at once, running nothing, when another job
+ * holds the pool. */
+int tpu__pool_run(tpu__pool_t *pool, tpu__pool_fn fn, void *arg);
+
+/* ---- engine (engine.c) ---- */
+
+struct tpu_engine {
+  const tpu__kernel_set_t *ks; /* resolved kernel set, chosen once */
+  unsigned threads, rows, cols;
+  tpu__pool_t *pool; /* NULL when threads == 1 */
+  atomic_uint_fast64_t calls, macs, sim_cycles, sim_macs_slots;
+};
+
+/* tpu_engine_create with the kernel set given by name (NULL: TPUD_ISA, then the best one). */
+tpu_status_t tpu__engine_create_isa(const tpu_engine_config_t *cfg, const char *isa,
+                                    tpu_engine_t **out);
+/* Adds one plan run to the statistics. */
+void tpu__engine_account(tpu_engine_t *engine, uint64_t macs, uint64_t cycles, uint64_t slots);
+
+/* ---- weights (weights.c) ---- */
+
+struct tpu_weights {
+  const tpu__kernel_set_t *ks;    /* the set that packed them: plans must use the same */
+  const tpu__dtype_kernels_t *kern;
+  tpu_dtype_t compute;
+  size_t k, n;
+  void *packed;  /* kern->packed_size(k, n) bytes, TPU__KERNEL_ALIGN-aligned */
+  float *scales; /* INT8: n per-channel scales; NULL for other dtypes and raw INT8 weights */
+};
+
+/* tpu_weights_pack; with `raw` set, INT8 source needs no scales (tpu_matmul: INT32 out only). */
+tpu_status_t tpu__weights_pack(tpu_engine_t *engine, const tpu_weights_desc_t *desc, int raw,
+                               tpu_weights_t **out);
+
+/* ---- small helpers ---- */
+
+/* Validates m, k and n against the limits: TPU_EINVAL for 0, TPU_EOVERFLOW past them. */
+tpu_status_t tpu__check_dims(size_t m, size_t k, size_t n);
+/* posix_memalign to TPU__KERNEL_ALIGN; NULL for size 0 or failure. Free with free(). */
+void *tpu__aligned_alloc(size_t size);
+/* Quantizes one row (tpu_quantize_rows without the argument checks). */
+tpu_status_t tpu__quantize_row(const float *x, size_t cols, int8_t *q, float *scale);
+/* Numerically stable softmax of one row of n ≥ 1 floats, in place. */
+void tpu__softmax_row(float *x, size_t n);
+/* 1 when x is finite and > 0. */
+static inline int tpu__positive_finite(float x) { return x > 0.0f && x <= 3.40282347e38f; }
+
+#endif /* TPU_INTERNAL_H */

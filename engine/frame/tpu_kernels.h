@@ -1,0 +1,224 @@
+/*
+ * tpu_kernels.h - the internal interface between the engine's frame and its kernel sets.
+ *
+ * DESIGN
+ * The frame (engine/frame/) owns everything that does not depend on the instruction set:
+ * argument checks, dtype conversion of sources, quantization, plans, threads, softmax and the
+ * statistics. A kernel set (engine/kernels/<isa>/) owns exactly two things per compute dtype:
+ * the layout of packed weights and the micro-kernel that multiplies a block of A by them with the
+ * epilogue fused. Kernel sets never allocate, never block, never touch global state and never
+ * return errors: the frame has validated every argument before it calls them.
+ *
+ * Adding a kernel set (say AVX-512):
+ *   1. engine/kernels/avx512/ sources, compiled with only that ISA's flags (engine/CMakeLists.txt
+ *      does this and defines TPU_HAVE_KERNELS_AVX512 for the frame).
+ *   2. Define `const tpu__kernel_set_t tpu__kernels_avx512 = {...}` there (declared below).
+ *      Its `cpu` mask names the features it needs; registry.c checks them (cpuid plus the OS's
+ *      XSAVE state, and the AMX tile permission) in baseline code, so no ISA instruction runs
+ *      before the check.
+ *   3. Nothing else: registry.c already lists amx, avx512, avx2, ref (newest first) under
+ *      #ifdef TPU_HAVE_KERNELS_<ISA>, and TPUD_ISA=<name> forces one. The unit tests run their
+ *      numeric checks once per available set (tests/engine/test_plan.c, test_kernels_ref.c).
+ * A set may leave the entry of a compute dtype zeroed (gemm == NULL): the registry then fills it
+ * with the entry of the next supported set below it (ref at the bottom), so e.g. an AMX set can
+ * provide BF16 and INT8 only and inherit FP32. Pack and gemm always come from the same set.
+ *
+ * Names follow BLIS: tpu_<op>_<dtype>_<isa>_<MRxNR>, e.g. tpu_gemm_i8_avx512_16x64.
+ */
+#ifndef TPU_KERNELS_H
+#define TPU_KERNELS_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "tpu_engine.h"
+
+/* Alignment in bytes of packed weights and of per-thread workspaces (one cache line, and what
+ * AMX tile loads and aligned AVX-512 loads want). The frame guarantees it; A and C are only
+ * element-aligned (they are the caller's buffers). */
+#define TPU__KERNEL_ALIGN 64
+
+/*
+ * Arguments of one plan run, shared read-only by all threads of the run.
+ *
+ * Layouts and units:
+ *   a        [m][k] row-major, no padding, in the compute dtype: float (FP32), uint16_t holding
+ *            bfloat16 bits (BF16) or int8_t (INT8). The frame has already converted or quantized
+ *            FP32 input.
+ *   a_scales INT8 only: m per-row scales, each finite and > 0 (real value of one quantum);
+ *            NULL for INT32 output, which does not read them.
+ *   w        what this set's pack() wrote for the same compute dtype, k and n.
+ *   w_scales INT8 only: n per-output-channel scales, each finite and > 0; NULL for INT32
+ *            output (tpu_matmul packs raw integers without scales).
+ *   bias     n floats, or NULL for none.
+ *   c        row i starts at (char *)c + i * ldc * size(out_dtype); ldc >= n, in elements.
+ *
+ * Epilogue contract (every set must honour it; tests compare against it):
+ *   acc      FP32: binary32 sum of a[i][p]·w[j][p]; BF16: the same over bf16 values widened to
+ *            binary32 (each product is exact, only the accumulation rounds); INT8: exact int32
+ *            sum (the frame bounds k so that it cannot overflow, even for -128 inputs).
+ *            The reference accumulates p = 0..k-1 in order; other sets may reorder the sum.
+ *   y        FP32/BF16 compute: y = acc (+ bias[j]).
+ *            INT8 compute:      y = (float)acc * a_scales[i] * w_scales[j] (+ bias[j]), the two
+ *                               products evaluated left to right in binary32.
+ *   y        = tpu__act_fp32(act, y); act is never TPU_ACT_SOFTMAX (the frame asks for FP32
+ *            output without activation and applies softmax to whole rows itself).
+ *   store    FP32: y. BF16: tpu__bf16_rne(y). INT8: tpu__requantize(y, out_scale).
+ *            INT32 (INT8 compute only, with act NONE and no bias): acc itself.
+ * None/relu and the store are elementary operations, so any correct set is bit-identical to the
+ * reference there (the tests hold INT8 epilogues to exact equality); vectorized tanh/sigmoid/
+ * gelu may differ in the last bits (say so in the set). ISA files are built with -mfma and GCC
+ * contracts a*b + c into one FMA by default: write the epilogue with explicit intrinsics (mul,
+ * then add) or the rounding differs from the contract.
+ */
+typedef struct tpu__gemm_args {
+  size_t m, k, n;
+  const void *a;
+  const float *a_scales;
+  const void *w;
+  const float *w_scales;
+  const float *bias;
+  tpu_act_t act;
+  tpu_dtype_t out_dtype;
+  float out_scale; /* INT8 output: real value of one output quantum, finite and > 0 */
+  void *c;
+  size_t ldc; /* elements between the starts of two rows of c */
+} tpu__gemm_args_t;
+
+/*
+ * The kernels of one compute dtype within a set.
+ *
+ * packed_size(k, n)  bytes of packed storage for k×n weights; may include padding to whole
+ *                    tiles and per-channel extras (e.g. the column sums a u8·s8 VNNI kernel needs
+ *                    to correct for shifting signed A into unsigned range). 0 means the size
+ *                    overflows size_t (the frame then fails with TPU_EOVERFLOW).
+ * pack(k, n, src, sn, sk, dst)
+ *                    writes the packed form of weights given in the compute dtype: element
+ *                    (output channel j, inner index p) is src[j*sn + p*sk] (in elements; so
+ *                    [N][K] data has sn = k, sk = 1 and [K][N] data has sn = 1, sk = n). dst is
+ *                    packed_size(k, n) bytes, TPU__KERNEL_ALIGN-aligned, uninitialized: pack
+ *                    writes every byte the gemm will read, padding included. Called once per
+ *                    tpu_weights_pack; may be slow.
+ * ws_size(k)         bytes of per-thread workspace the gemm needs for inner dimension k (e.g. a
+ *                    packed panel of A, an AMX accumulator tile spill); NULL means none. The
+ *                    frame allocates it at plan creation, TPU__KERNEL_ALIGN-aligned, once per
+ *                    compute thread, and never shares one workspace between two threads.
+ * gemm(args, m0, m1, n0, n1, ws)
+ *                    computes and stores C[i][j] for m0 <= i < m1, n0 <= j < n1 (with
+ *                    0 <= m0 < m1 <= m and 0 <= n0 < n1 <= n) following the epilogue contract
+ *                    above, touching no other element of C. Several threads call it at once on
+ *                    disjoint blocks; blocks start at multiples of (mr, nr) below except where
+ *                    they are clipped by m and n, so edge handling is only ever at the end.
+ * mr, nr             the register tile (rows of A, columns of C) the gemm is built around; the
+ *                    frame splits work into whole tiles where it can. 1, 1 means no preference.
+ */
+typedef struct tpu__dtype_kernels {
+  const char *name; /* micro-kernel name, e.g. "tpu_gemm_f32_ref_1x1" */
+  size_t (*packed_size)(size_t k, size_t n);
+  void (*pack)(size_t k, size_t n, const void *src, size_t sn, size_t sk, void *dst);
+  size_t (*ws_size)(size_t k);
+  void (*gemm)(const tpu__gemm_args_t *args, size_t m0, size_t m1, size_t n0, size_t n1,
+               void *ws);
+  size_t mr, nr;
+} tpu__dtype_kernels_t;
+
+/* CPU features a set may require (registry.c tests them, including OS support). */
+enum {
+  TPU__CPU_AVX2 = 1u << 0,
+  TPU__CPU_FMA = 1u << 1,
+  TPU__CPU_F16C = 1u << 2,
+  TPU__CPU_AVX512F = 1u << 3,
+  TPU__CPU_AVX512BW = 1u << 4,
+  TPU__CPU_AVX512DQ = 1u << 5,
+  TPU__CPU_AVX512VL = 1u << 6,
+  TPU__CPU_AVX512VNNI = 1u << 7,
+  TPU__CPU_AVX512BF16 = 1u << 8,
+  TPU__CPU_AMX_TILE = 1u << 9, /* also means the kernel may use tile data (permission granted) */
+  TPU__CPU_AMX_INT8 = 1u << 10,
+  TPU__CPU_AMX_BF16 = 1u << 11
+};
+
+/* One kernel set: a name users can force with TPUD_ISA, the CPU features it needs, and one
+ * entry per compute dtype, indexed by tpu_dtype_t (FP32, BF16, INT8). */
+typedef struct tpu__kernel_set {
+  const char *name; /* "ref", "avx2", "avx512", "amx" */
+  uint32_t cpu;     /* TPU__CPU_* mask; 0 for portable C */
+  tpu__dtype_kernels_t dt[3];
+} tpu__kernel_set_t;
+
+/* The kernel sets compiled into this build (each defined in engine/kernels/<isa>/). */
+extern const tpu__kernel_set_t tpu__kernels_ref;
+#ifdef TPU_HAVE_KERNELS_AVX2
+extern const tpu__kernel_set_t tpu__kernels_avx2;
+#endif
+#ifdef TPU_HAVE_KERNELS_AVX512
+extern const tpu__kernel_set_t tpu__kernels_avx512;
+#endif
+#ifdef TPU_HAVE_KERNELS_AMX
+extern const tpu__kernel_set_t tpu__kernels_amx;
+#endif
+
+/* ---- registry (registry.c) ---- */
+
+/* Picks the kernel set for a new engine. `forced` is a set name ("ref", "avx2", "avx512",
+ * "amx") or NULL/"" for the newest set this CPU supports. Returns the resolved set (dtype
+ * entries a set leaves empty filled from the sets below it) in *out, which stays valid for the
+ * life of the process. TPU_EINVAL for an unknown name, TPU_ENOTSUP for a set that is not
+ * compiled in or that this CPU or OS cannot run. */
+tpu_status_t tpu__kernels_select(const char *forced, const tpu__kernel_set_t **out);
+/* The resolved sets this build has and this CPU supports, newest first; returns how many there
+ * are (at least 1: ref) and stores up to `max` of them. */
+size_t tpu__kernels_available(const tpu__kernel_set_t **out, size_t max);
+/* The resolution step, exposed for tests: out[i] is cands[i] (newest first) with each empty
+ * dtype entry copied from the nearest following set that a CPU with features `cpu` can run;
+ * usable[i] says whether it can run cands[i] itself. */
+void tpu__kernels_resolve(const tpu__kernel_set_t *const *cands, size_t n, uint32_t cpu,
+                          tpu__kernel_set_t *out, int *usable);
+/* TPU__CPU_* features of this CPU that the OS also enabled. */
+uint32_t tpu__cpu_features(void);
+
+/* ---- scalar epilogue helpers, shared by every set (they define the reference numerics) ---- */
+
+/* FP32 -> BF16 with round-to-nearest-even; NaN stays NaN (quiet bit set, sign kept). */
+static inline uint16_t tpu__bf16_rne(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u); /* carries into the exponent: overflow gives ±Inf */
+  return (uint16_t)(u >> 16);
+}
+
+static inline float tpu__bf16_widen(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/* Round half to even, independent of the floating-point environment's rounding mode. Finite x
+ * only; the result is exact (an integer-valued float). */
+static inline float tpu__round_half_even(float x) {
+  float r = floorf(x), d = x - r; /* both exact */
+  if (d > 0.5f || (d == 0.5f && fmodf(r, 2.0f) != 0.0f)) r += 1.0f;
+  return r;
+}
+
+/* Symmetric INT8 with saturation: clamp(rne(x), -127, 127); NaN gives 0. */
+static inline int8_t tpu__sat_i8(float x) {
+  if (!(x > -127.0f)) return x != x ? 0 : -127; /* also -Inf */
+  if (!(x < 127.0f)) return 127;
+  return (int8_t)tpu__round_half_even(x);
+}
+
+/* INT8 output: clamp(rne(y / out_scale), -127, 127). Division, not a reciprocal product, so the
+ * result is exactly what the epilogue contract says. */
+static inline int8_t tpu__requantize(float y, float out_scale) {
+  return tpu__sat_i8(y / out_scale);
+}
+
+/* One element of every activation but softmax (act.c). */
+float tpu__act_fp32(tpu_act_t act, float x);
+
+#endif /* TPU_KERNELS_H */
