@@ -1,0 +1,1174 @@
+/*
+ * tpu_oip_json.c - Open Inference Protocol v2 REST JSON <-> protobuf messages.
+ *
+ * DESIGN
+ * Parsing goes text -> (depth and size check on the raw text) -> jansson tree -> message. Each
+ * tensor's data is walked twice: once to check its structure against the shape (flat: one array
+ * of shape-product scalars; nested: arrays whose lengths are the dims, all the way down), and,
+ * once the element count is known to be honest, again to encode every element into a buffer
+ * sized up front. Nothing here allocates in proportion to a number the client merely claims.
+ *
+ * Formatting writes text directly through a small string builder rather than through jansson's
+ * dumper, which prints every float with 17 significant digits: tensors read better, and are
+ * smaller, with each value in its shortest round-trip form.
+ *
+ * Messages are built field by field with malloc/strdup and element counts are bumped only after
+ * an element is complete, so a half-built message can always be freed with protobuf-c's
+ * free_unpacked on any error path.
+ */
+#include "tpu_oip_json.h"
+
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- status ---- */
+
+static const char *const status_messages[] = {
+#define TPU__OIP_JSON_MSG(name, msg) msg,
+    TPU_OIP_JSON_STATUS_MAP(TPU__OIP_JSON_MSG)
+#undef TPU__OIP_JSON_MSG
+};
+
+const char *tpu_oip_json_strerror(tpu_oip_json_status_t status) {
+  if ((unsigned)status >= TPU_OIP_JSON_STATUS_COUNT) return "unknown status";
+  return status_messages[status];
+}
+
+__attribute__((format(printf, 4, 5))) static tpu_oip_json_status_t
+fail(char *err, size_t errlen, tpu_oip_json_status_t st, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return st;
+}
+
+static tpu_oip_json_status_t nomem(char *err, size_t errlen) {
+  return fail(err, errlen, TPU_OIP_JSON_NOMEM, "out of memory");
+}
+
+/* ---- datatypes ---- */
+
+typedef enum { K_BOOL, K_UINT, K_INT, K_FP16, K_BF16, K_FP32, K_FP64, K_BYTES } kind_t;
+
+typedef struct {
+  const char *name;
+  kind_t kind;
+  size_t size; /* bytes per element; 0 for BYTES (variable) */
+} dtype_t;
+
+static const dtype_t dtypes[] = {
+    {"BOOL", K_BOOL, 1},   {"UINT8", K_UINT, 1}, {"UINT16", K_UINT, 2}, {"UINT32", K_UINT, 4},
+    {"UINT64", K_UINT, 8}, {"INT8", K_INT, 1},   {"INT16", K_INT, 2},   {"INT32", K_INT, 4},
+    {"INT64", K_INT, 8},   {"FP16", K_FP16, 2},  {"BF16", K_BF16, 2},   {"FP32", K_FP32, 4},
+    {"FP64", K_FP64, 8},   {"BYTES", K_BYTES, 0},
+};
+
+static const dtype_t *dtype_find(const char *name) {
+  if (!name) return NULL;
+  for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+    if (strcmp(dtypes[i].name, name) == 0) return &dtypes[i];
+  return NULL;
+}
+
+size_t tpu_oip_datatype_size(const char *datatype) {
+  const dtype_t *dt = dtype_find(datatype);
+  return dt ? dt->size : 0;
+}
+
+/* What a JSON array of this type must hold, for messages ("12 numbers"). */
+static const char *dtype_noun(const dtype_t *dt) {
+  switch (dt->kind) {
+  case K_BOOL: return "booleans";
+  case K_BYTES: return "strings";
+  default: return "numbers";
+  }
+}
+
+static const char *json_kind(const json_t *v) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT: return "an object";
+  case JSON_ARRAY: return "an array";
+  case JSON_STRING: return "a string";
+  case JSON_INTEGER: return "an integer";
+  case JSON_REAL: return "a real number";
+  case JSON_TRUE: return "true";
+  case JSON_FALSE: return "false";
+  case JSON_NULL: return "null";
+  }
+  return "something else";
+}
+
+/* ---- half-precision conversions (round to nearest even) ---- */
+
+static uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+static float f32_from_bits(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static uint16_t f32_to_bf16(float f) {
+  uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
+
+static uint16_t f32_to_f16(float f) {
+  uint32_t u = f32_bits(f);
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0));
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: infinity */
+  if (a < 0x38800000u) {                                   /* below 2^-14: subnormal or zero */
+    if (a < 0x33000000u) return sign;                      /* below half the smallest subnormal */
+    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126 - e; /* 14..24 */
+    uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1u))) r++;
+    return (uint16_t)(sign | r);
+  }
+  uint32_t r = a - 0x38000000u; /* rebias exponent 127 -> 15 */
+  r = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
+  return (uint16_t)(sign | r);
+}
+
+static float f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0) {
+    float v = (float)m * 5.9604644775390625e-8f; /* m × 2^-24 */
+    return sign ? -v : v;
+  }
+  if (e == 31) return f32_from_bits(sign | 0x7f800000u | (m << 13));
+  return f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+/* ---- little-endian stores and loads ---- */
+
+static void store_le(uint8_t *dst, uint64_t v, size_t size) {
+  for (size_t i = 0; i < size; i++) dst[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t load_le(const uint8_t *src, size_t size) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < size; i++) v |= (uint64_t)src[i] << (8 * i);
+  return v;
+}
+
+/* ---- string builder ---- */
+
+typedef struct {
+  char *p;
+  size_t len, cap;
+  int oom;
+} sbuf_t;
+
+static void sb_put(sbuf_t *b, const char *s, size_t n) {
+  if (b->oom) return;
+  if (b->len + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n + 1) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+      b->oom = 1;
+      return;
+    }
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+  b->p[b->len] = '\0';
+}
+
+static void sb_puts(sbuf_t *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+__attribute__((format(printf, 2, 3))) static void sb_printf(sbuf_t *b, const char *fmt, ...) {
+  char tmp[64];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n < sizeof tmp) {
+    sb_put(b, tmp, (size_t)n);
+    return;
+  }
+  char *big = malloc((size_t)n + 1);
+  if (!big) {
+    b->oom = 1;
+    return;
+  }
+  va_start(ap, fmt);
+  vsnprintf(big, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  sb_put(b, big, (size_t)n);
+  free(big);
+}
+
+/* Returns 1 when s[0..n) is valid UTF-8 (no overlongs, surrogates or values above U+10FFFF). */
+static int utf8_valid(const uint8_t *s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    uint8_t c = s[i];
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80) {
+      i++;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      len = 2;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      len = 3;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return 0;
+    }
+    if (i + len > n) return 0;
+    for (size_t k = 1; k < len; k++) {
+      if ((s[i + k] & 0xc0) != 0x80) return 0;
+      cp = (cp << 6) | (s[i + k] & 0x3f);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+      return 0;
+    i += len;
+  }
+  return 1;
+}
+
+/* Appends s[0..n) as a JSON string literal; the caller has checked it is valid UTF-8. */
+static void sb_json_string(sbuf_t *b, const char *s, size_t n) {
+  sb_put(b, "\"", 1);
+  size_t run = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    sb_put(b, s + run, i - run);
+    run = i + 1;
+    switch (c) {
+    case '"': sb_puts(b, "\\\""); break;
+    case '\\': sb_puts(b, "\\\\"); break;
+    case '\n': sb_puts(b, "\\n"); break;
+    case '\r': sb_puts(b, "\\r"); break;
+    case '\t': sb_puts(b, "\\t"); break;
+    default: sb_printf(b, "\\u%04x", c); break;
+    }
+  }
+  sb_put(b, s + run, n - run);
+  sb_put(b, "\"", 1);
+}
+
+/* Shortest "%.*g" that reads back as the same float (6..9 digits always suffice). */
+static void sb_float(sbuf_t *b, float v) {
+  if (!isfinite(v)) {
+    sb_puts(b, "null");
+    return;
+  }
+  char tmp[32];
+  for (int p = 6; p <= 9; p++) {
+    snprintf(tmp, sizeof tmp, "%.*g", p, (double)v);
+    if (strtof(tmp, NULL) == v) break;
+  }
+  sb_puts(b, tmp);
+}
+
+/* Shortest "%.*g" that reads back as the same double (15..17 digits). */
+static void sb_double(sbuf_t *b, double v) {
+  if (!isfinite(v)) {
+    sb_puts(b, "null");
+    return;
+  }
+  char tmp[40];
+  for (int p = 15; p <= 17; p++) {
+    snprintf(tmp, sizeof tmp, "%.*g", p, v);
+    if (strtod(tmp, NULL) == v) break;
+  }
+  sb_puts(b, tmp);
+}
+
+static void format_shape(char *out, size_t outlen, const int64_t *shape, size_t rank) {
+  size_t used = 0;
+  int n = snprintf(out, outlen, "[");
+  if (n > 0) used = (size_t)n;
+  for (size_t i = 0; i < rank && used < outlen; i++) {
+    n = snprintf(out + used, outlen - used, "%s%" PRId64, i ? "," : "", shape[i]);
+    if (n > 0) used += (size_t)n;
+  }
+  if (used < outlen) snprintf(out + used, outlen - used, "]");
+}
+
+/* ---- loading with limits ---- */
+
+tpu_oip_json_status_t tpu_oip_json_load(const char *text, size_t len,
+                                        const tpu_oip_json_limits_t *limits, json_t **out,
+                                        char *err, size_t errlen) {
+  if (!out) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no output pointer");
+  *out = NULL;
+  if (!text) return fail(err, errlen, TPU_OIP_JSON_SYNTAX, "no JSON text");
+  int max_depth = limits && limits->max_depth > 0 ? limits->max_depth
+                                                  : TPU_OIP_JSON_DEFAULT_MAX_DEPTH;
+  size_t max_bytes = limits && limits->max_bytes ? limits->max_bytes
+                                                 : TPU_OIP_JSON_DEFAULT_MAX_BYTES;
+  if (len > max_bytes)
+    return fail(err, errlen, TPU_OIP_JSON_TOO_LARGE, "body of %zu bytes exceeds the limit of %zu",
+                len, max_bytes);
+  /* Bracket depth outside strings; jansson rejects whatever this scan gets wrong on bad input. */
+  int depth = 0, in_string = 0;
+  for (size_t i = 0; i < len; i++) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        i++;
+      else if (c == '"')
+        in_string = 0;
+    } else if (c == '"') {
+      in_string = 1;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth)
+        return fail(err, errlen, TPU_OIP_JSON_TOO_DEEP,
+                    "JSON nested deeper than %d levels (at byte %zu)", max_depth, i);
+    } else if (c == ']' || c == '}') {
+      depth--;
+    }
+  }
+  json_error_t jerr;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root)
+    return fail(err, errlen, TPU_OIP_JSON_SYNTAX, "malformed JSON at line %d, column %d: %s",
+                jerr.line, jerr.column, jerr.text);
+  *out = root;
+  return TPU_OIP_JSON_OK;
+}
+
+/* ---- tensors from JSON ---- */
+
+typedef struct {
+  char *err;
+  size_t errlen;
+} ectx_t;
+
+static tpu_oip_json_status_t parse_shape(ectx_t *e, const json_t *shape, const char *path,
+                                         int64_t *dims, size_t *rank, size_t *count) {
+  if (!shape)
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s.shape: missing", path);
+  if (!json_is_array(shape))
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                "%s.shape: expected an array of non-negative integers, got %s", path,
+                json_kind(shape));
+  size_t n = json_array_size(shape);
+  if (n > TPU_OIP_JSON_MAX_RANK)
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                "%s.shape: %zu dimensions, at most %d are supported", path, n,
+                TPU_OIP_JSON_MAX_RANK);
+  uint64_t total = 1;
+  for (size_t i = 0; i < n; i++) {
+    const json_t *d = json_array_get(shape, i);
+    if (!json_is_integer(d) || json_integer_value(d) < 0) {
+      if (json_is_integer(d))
+        return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                    "%s.shape[%zu]: expected a non-negative integer, got %" JSON_INTEGER_FORMAT,
+                    path, i, json_integer_value(d));
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                  "%s.shape[%zu]: expected a non-negative integer, got %s", path, i,
+                  json_kind(d));
+    }
+    uint64_t v = (uint64_t)json_integer_value(d);
+    dims[i] = (int64_t)v;
+    if (v != 0 && total > (uint64_t)INT64_MAX / v) {
+      char s[128];
+      format_shape(s, sizeof s, dims, i + 1);
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                  "%s.shape: element count of %s%s overflows", path, s, i + 1 < n ? "..." : "");
+    }
+    total *= v;
+  }
+  *rank = n;
+  *count = (size_t)total;
+  return TPU_OIP_JSON_OK;
+}
+
+/* Checks that nested data matches shape from dimension `dim` down. */
+static tpu_oip_json_status_t check_nested(ectx_t *e, const json_t *v, const dtype_t *dt,
+                                          const int64_t *shape, size_t rank, size_t dim,
+                                          char *path, size_t pathcap) {
+  if (dim == rank) return TPU_OIP_JSON_OK; /* a leaf: its type is checked when encoding */
+  char s[128];
+  format_shape(s, sizeof s, shape, rank);
+  if (!json_is_array(v))
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                "%s: expected an array of %" PRId64 " elements for dimension %zu of shape %s, "
+                "got %s",
+                path, shape[dim], dim, s, json_kind(v));
+  size_t n = json_array_size(v);
+  if (n != (size_t)shape[dim]) {
+    if (dim == 0 && rank == 1)
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                  "%s: expected %" PRId64 " %s for shape %s, got %zu", path, shape[0],
+                  dtype_noun(dt), s, n);
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                "%s: expected %" PRId64 " elements for dimension %zu of shape %s, got %zu", path,
+                shape[dim], dim, s, n);
+  }
+  size_t plen = strlen(path);
+  for (size_t i = 0; i < n; i++) {
+    snprintf(path + plen, pathcap - plen, "[%zu]", i);
+    tpu_oip_json_status_t st =
+        check_nested(e, json_array_get(v, i), dt, shape, rank, dim + 1, path, pathcap);
+    if (st != TPU_OIP_JSON_OK) return st;
+  }
+  path[plen] = '\0';
+  return TPU_OIP_JSON_OK;
+}
+
+/* Encodes one scalar into the output buffer (fixed-size types: exactly dt->size bytes). */
+static tpu_oip_json_status_t encode_value(ectx_t *e, const dtype_t *dt, const json_t *v,
+                                          const char *path, sbuf_t *out) {
+  uint8_t tmp[8];
+  switch (dt->kind) {
+  case K_BOOL:
+    if (!json_is_boolean(v))
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: expected true or false, got %s",
+                  path, json_kind(v));
+    tmp[0] = json_is_true(v) ? 1 : 0;
+    break;
+  case K_UINT:
+  case K_INT: {
+    if (!json_is_integer(v))
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: expected an integer for %s, got %s",
+                  path, dt->name, json_kind(v));
+    json_int_t x = json_integer_value(v);
+    unsigned bits = (unsigned)(8 * dt->size);
+    if (dt->kind == K_UINT) {
+      uint64_t max = bits == 64 ? UINT64_MAX : (UINT64_C(1) << bits) - 1;
+      if (x < 0 || (uint64_t)x > max)
+        return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                    "%s: %" JSON_INTEGER_FORMAT " is out of range for %s [0, %" PRIu64 "]", path,
+                    x, dt->name, max);
+    } else if (bits < 64) {
+      int64_t max = (INT64_C(1) << (bits - 1)) - 1, min = -max - 1;
+      if (x < min || x > max)
+        return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                    "%s: %" JSON_INTEGER_FORMAT " is out of range for %s [%" PRId64 ", %" PRId64
+                    "]",
+                    path, x, dt->name, min, max);
+    }
+    store_le(tmp, (uint64_t)x, dt->size);
+    break;
+  }
+  case K_FP16:
+  case K_BF16:
+  case K_FP32:
+  case K_FP64: {
+    if (!json_is_number(v))
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: expected a number, got %s", path,
+                  json_kind(v));
+    double x = json_number_value(v);
+    if (dt->kind == K_FP64) {
+      uint64_t u;
+      memcpy(&u, &x, 8);
+      store_le(tmp, u, 8);
+      break;
+    }
+    if (fabs(x) > FLT_MAX)
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: %g is out of range for %s", path,
+                  x, dt->name);
+    float f = (float)x;
+    if (dt->kind == K_FP32) {
+      store_le(tmp, f32_bits(f), 4);
+    } else {
+      uint16_t h = dt->kind == K_FP16 ? f32_to_f16(f) : f32_to_bf16(f);
+      uint16_t inf = dt->kind == K_FP16 ? 0x7c00 : 0x7f80;
+      if ((h & 0x7fff) == inf)
+        return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: %g is out of range for %s",
+                    path, x, dt->name);
+      store_le(tmp, h, 2);
+    }
+    break;
+  }
+  case K_BYTES: {
+    if (!json_is_string(v))
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: expected a string, got %s", path,
+                  json_kind(v));
+    size_t n = json_string_length(v);
+    if (n > UINT32_MAX)
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: string longer than 4 GiB", path);
+    store_le(tmp, n, 4);
+    sb_put(out, (const char *)tmp, 4);
+    sb_put(out, json_string_value(v), n);
+    return out->oom ? nomem(e->err, e->errlen) : TPU_OIP_JSON_OK;
+  }
+  }
+  sb_put(out, (const char *)tmp, dt->size);
+  return out->oom ? nomem(e->err, e->errlen) : TPU_OIP_JSON_OK;
+}
+
+static tpu_oip_json_status_t encode_nested(ectx_t *e, const json_t *v, const dtype_t *dt,
+                                           size_t rank, size_t dim, char *path, size_t pathcap,
+                                           sbuf_t *out) {
+  if (dim == rank) return encode_value(e, dt, v, path, out);
+  size_t plen = strlen(path);
+  for (size_t i = 0; i < json_array_size(v); i++) {
+    snprintf(path + plen, pathcap - plen, "[%zu]", i);
+    tpu_oip_json_status_t st =
+        encode_nested(e, json_array_get(v, i), dt, rank, dim + 1, path, pathcap, out);
+    if (st != TPU_OIP_JSON_OK) return st;
+  }
+  path[plen] = '\0';
+  return TPU_OIP_JSON_OK;
+}
+
+/*
+ * Decodes shape/datatype/data of a tensor object at `path` ("inputs[0]"). On success the tensor
+ * owns t->data (malloc'd); on error it holds nothing.
+ */
+static tpu_oip_json_status_t decode_tensor(ectx_t *e, const json_t *obj, const char *path,
+                                           tpu_oip_tensor_t *t) {
+  memset(t, 0, sizeof *t);
+  if (!json_is_object(obj))
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: expected an object, got %s", path,
+                json_kind(obj));
+  const json_t *jdt = json_object_get(obj, "datatype");
+  if (!jdt) return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s.datatype: missing", path);
+  if (!json_is_string(jdt))
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s.datatype: expected a string, got %s",
+                path, json_kind(jdt));
+  const dtype_t *dt = dtype_find(json_string_value(jdt));
+  if (!dt)
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                "%s.datatype: unknown datatype \"%.32s\" (expected BOOL, UINT8, UINT16, UINT32, "
+                "UINT64, INT8, INT16, INT32, INT64, FP16, BF16, FP32, FP64 or BYTES)",
+                path, json_string_value(jdt));
+  snprintf(t->datatype, sizeof t->datatype, "%s", dt->name);
+  tpu_oip_json_status_t st =
+      parse_shape(e, json_object_get(obj, "shape"), path, t->shape, &t->rank, &t->count);
+  if (st != TPU_OIP_JSON_OK) return st;
+
+  const json_t *data = json_object_get(obj, "data");
+  char dpath[512];
+  snprintf(dpath, sizeof dpath, "%s.data", path);
+  char s[128];
+  format_shape(s, sizeof s, t->shape, t->rank);
+  if (!data) return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: missing", dpath);
+  if (!json_is_array(data))
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                "%s: expected an array of %zu %s for shape %s, got %s", dpath, t->count,
+                dtype_noun(dt), s, json_kind(data));
+  /* Nested when the first element is an array (and the shape has dims to nest along). */
+  int nested = t->rank > 1 && json_array_size(data) > 0 && json_is_array(json_array_get(data, 0));
+  if (nested) {
+    st = check_nested(e, data, dt, t->shape, t->rank, 0, dpath, sizeof dpath);
+    if (st != TPU_OIP_JSON_OK) return st;
+  } else if (json_array_size(data) != t->count) {
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                "%s: expected %zu %s for shape %s, got %zu", dpath, t->count, dtype_noun(dt), s,
+                json_array_size(data));
+  }
+  /* The count is now the real number of JSON elements, so sizing the buffer by it is safe. */
+  sbuf_t out = {0};
+  if (dt->size && t->count) {
+    out.cap = t->count * dt->size + 1;
+    out.p = malloc(out.cap);
+    if (!out.p) return nomem(e->err, e->errlen);
+  }
+  if (nested) {
+    st = encode_nested(e, data, dt, t->rank, 0, dpath, sizeof dpath, &out);
+  } else {
+    size_t plen = strlen(dpath);
+    for (size_t i = 0; i < t->count && st == TPU_OIP_JSON_OK; i++) {
+      snprintf(dpath + plen, sizeof dpath - plen, "[%zu]", i);
+      st = encode_value(e, dt, json_array_get(data, i), dpath, &out);
+    }
+  }
+  if (st != TPU_OIP_JSON_OK) {
+    free(out.p);
+    return st;
+  }
+  t->data = out.len ? (uint8_t *)out.p : NULL;
+  if (!out.len) free(out.p);
+  t->nbytes = out.len;
+  return TPU_OIP_JSON_OK;
+}
+
+tpu_oip_json_status_t tpu_oip_json_tensor_decode(const json_t *obj, const char *path,
+                                                 tpu_oip_tensor_t *out, char *err, size_t errlen) {
+  if (!out) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no output tensor");
+  ectx_t e = {err, errlen};
+  if (!obj) {
+    memset(out, 0, sizeof *out);
+    return fail(err, errlen, TPU_OIP_JSON_INVALID, "%s: missing", path ? path : "tensor");
+  }
+  return decode_tensor(&e, obj, path ? path : "tensor", out);
+}
+
+void tpu_oip_tensor_clear(tpu_oip_tensor_t *t) {
+  if (!t) return;
+  free(t->data);
+  memset(t, 0, sizeof *t);
+}
+
+/* ---- infer request ---- */
+
+/*
+ * Every map<string, InferParameter> entry struct protoc-c generates has this same layout
+ * (base, key, value), so one builder serves the request's, inputs' and outputs' maps; only the
+ * descriptor differs.
+ */
+typedef Inference__ModelInferRequest__ParametersEntry param_entry_t;
+
+static tpu_oip_json_status_t parse_params(ectx_t *e, const json_t *obj, const char *path,
+                                          const ProtobufCMessageDescriptor *entry_desc,
+                                          size_t *n_out, param_entry_t ***arr_out) {
+  if (!obj) return TPU_OIP_JSON_OK;
+  if (!json_is_object(obj))
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: expected an object, got %s", path,
+                json_kind(obj));
+  size_t n = json_object_size(obj);
+  if (n == 0) return TPU_OIP_JSON_OK;
+  param_entry_t **arr = calloc(n, sizeof *arr);
+  if (!arr) return nomem(e->err, e->errlen);
+  *arr_out = arr;
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)obj, key, v) {
+    Inference__InferParameter p = INFERENCE__INFER_PARAMETER__INIT;
+    if (json_is_boolean(v)) {
+      p.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+      p.bool_param = json_is_true(v);
+    } else if (json_is_integer(v)) {
+      p.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+      p.int64_param = json_integer_value(v);
+    } else if (json_is_real(v)) {
+      p.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM;
+      p.double_param = json_real_value(v);
+    } else if (json_is_string(v)) {
+      p.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+      p.string_param = strdup(json_string_value(v));
+      if (!p.string_param) return nomem(e->err, e->errlen);
+    } else {
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                  "%s.%s: expected a boolean, number or string, got %s", path, key, json_kind(v));
+    }
+    param_entry_t *ent = malloc(entry_desc->sizeof_message);
+    Inference__InferParameter *pv = malloc(sizeof *pv);
+    char *k = strdup(key);
+    if (!ent || !pv || !k) {
+      free(ent);
+      free(pv);
+      free(k);
+      if (p.parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
+        free(p.string_param);
+      return nomem(e->err, e->errlen);
+    }
+    protobuf_c_message_init(entry_desc, ent);
+    *pv = p;
+    ent->key = k;
+    ent->value = pv;
+    arr[(*n_out)++] = ent;
+  }
+  return TPU_OIP_JSON_OK;
+}
+
+static tpu_oip_json_status_t opt_string(ectx_t *e, const json_t *obj, const char *key,
+                                        const char *path, char **out) {
+  const json_t *v = json_object_get(obj, key);
+  if (!v) return TPU_OIP_JSON_OK;
+  if (!json_is_string(v))
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s%s: expected a string, got %s", path,
+                key, json_kind(v));
+  char *s = strdup(json_string_value(v));
+  if (!s) return nomem(e->err, e->errlen);
+  *out = s;
+  return TPU_OIP_JSON_OK;
+}
+
+static tpu_oip_json_status_t parse_input(ectx_t *e, const json_t *in, size_t idx,
+                                         Inference__ModelInferRequest *req) {
+  char path[64];
+  snprintf(path, sizeof path, "inputs[%zu]", idx);
+  if (!json_is_object(in))
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: expected an object, got %s", path,
+                json_kind(in));
+  const json_t *name = json_object_get(in, "name");
+  if (!name) return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s.name: missing", path);
+  if (!json_is_string(name) || json_string_length(name) == 0)
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                "%s.name: expected a non-empty string, got %s", path,
+                json_is_string(name) ? "an empty string" : json_kind(name));
+
+  tpu_oip_tensor_t t;
+  tpu_oip_json_status_t st = decode_tensor(e, in, path, &t);
+  if (st != TPU_OIP_JSON_OK) return st;
+
+  Inference__ModelInferRequest__InferInputTensor *x = malloc(sizeof *x);
+  if (!x) goto oom;
+  inference__model_infer_request__infer_input_tensor__init(x);
+  req->inputs[req->n_inputs++] = x; /* from here on free_unpacked owns x */
+  x->name = strdup(json_string_value(name));
+  x->datatype = strdup(t.datatype);
+  if (!x->name || !x->datatype) goto oom;
+  if (t.rank) {
+    x->shape = malloc(t.rank * sizeof *x->shape);
+    if (!x->shape) goto oom;
+    memcpy(x->shape, t.shape, t.rank * sizeof *x->shape);
+    x->n_shape = t.rank;
+  }
+  char ppath[80];
+  snprintf(ppath, sizeof ppath, "%s.parameters", path);
+  st = parse_params(e, json_object_get(in, "parameters"), ppath,
+                    &inference__model_infer_request__infer_input_tensor__parameters_entry__descriptor,
+                    &x->n_parameters, (param_entry_t ***)&x->parameters);
+  if (st != TPU_OIP_JSON_OK) {
+    tpu_oip_tensor_clear(&t);
+    return st;
+  }
+  /* raw_input_contents[idx] takes the tensor's bytes over. */
+  req->raw_input_contents[idx].data = t.data;
+  req->raw_input_contents[idx].len = t.nbytes;
+  req->n_raw_input_contents = idx + 1;
+  return TPU_OIP_JSON_OK;
+
+oom:
+  tpu_oip_tensor_clear(&t);
+  return nomem(e->err, e->errlen);
+}
+
+static tpu_oip_json_status_t parse_output(ectx_t *e, const json_t *o, size_t idx,
+                                          Inference__ModelInferRequest *req) {
+  char path[64];
+  snprintf(path, sizeof path, "outputs[%zu]", idx);
+  if (!json_is_object(o))
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: expected an object, got %s", path,
+                json_kind(o));
+  const json_t *name = json_object_get(o, "name");
+  if (!name) return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s.name: missing", path);
+  if (!json_is_string(name) || json_string_length(name) == 0)
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                "%s.name: expected a non-empty string, got %s", path,
+                json_is_string(name) ? "an empty string" : json_kind(name));
+  Inference__ModelInferRequest__InferRequestedOutputTensor *x = malloc(sizeof *x);
+  if (!x) return nomem(e->err, e->errlen);
+  inference__model_infer_request__infer_requested_output_tensor__init(x);
+  req->outputs[req->n_outputs++] = x;
+  x->name = strdup(json_string_value(name));
+  if (!x->name) return nomem(e->err, e->errlen);
+  char ppath[80];
+  snprintf(ppath, sizeof ppath, "%s.parameters", path);
+  return parse_params(
+      e, json_object_get(o, "parameters"), ppath,
+      &inference__model_infer_request__infer_requested_output_tensor__parameters_entry__descriptor,
+      &x->n_parameters, (param_entry_t ***)&x->parameters);
+}
+
+tpu_oip_json_status_t tpu_oip_json_infer_request_from_json(const json_t *root,
+                                                           const char *model_name,
+                                                           const char *model_version,
+                                                           Inference__ModelInferRequest **out,
+                                                           char *err, size_t errlen) {
+  if (!out) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no output pointer");
+  *out = NULL;
+  ectx_t e = {err, errlen};
+  if (!json_is_object(root))
+    return fail(err, errlen, TPU_OIP_JSON_INVALID, "request: expected a JSON object, got %s",
+                root ? json_kind(root) : "nothing");
+  const json_t *inputs = json_object_get(root, "inputs");
+  if (!inputs) return fail(err, errlen, TPU_OIP_JSON_INVALID, "inputs: missing");
+  if (!json_is_array(inputs) || json_array_size(inputs) == 0)
+    return fail(err, errlen, TPU_OIP_JSON_INVALID,
+                "inputs: expected a non-empty array of tensors, got %s",
+                json_is_array(inputs) ? "an empty array" : json_kind(inputs));
+  const json_t *outputs = json_object_get(root, "outputs");
+  if (outputs && !json_is_array(outputs))
+    return fail(err, errlen, TPU_OIP_JSON_INVALID, "outputs: expected an array, got %s",
+                json_kind(outputs));
+
+  Inference__ModelInferRequest *req = malloc(sizeof *req);
+  if (!req) return nomem(err, errlen);
+  inference__model_infer_request__init(req);
+  tpu_oip_json_status_t st = TPU_OIP_JSON_OK;
+  size_t nin = json_array_size(inputs), nout = outputs ? json_array_size(outputs) : 0;
+
+  if ((model_name && *model_name && !(req->model_name = strdup(model_name))) ||
+      (model_version && *model_version && !(req->model_version = strdup(model_version))))
+    goto oom;
+  /* A failed strdup above left the field NULL; put the default back so free_unpacked is happy. */
+  st = opt_string(&e, root, "id", "", &req->id);
+  if (st != TPU_OIP_JSON_OK) goto fail;
+  st = parse_params(&e, json_object_get(root, "parameters"), "parameters",
+                    &inference__model_infer_request__parameters_entry__descriptor,
+                    &req->n_parameters, &req->parameters);
+  if (st != TPU_OIP_JSON_OK) goto fail;
+
+  req->inputs = calloc(nin, sizeof *req->inputs);
+  req->raw_input_contents = calloc(nin, sizeof *req->raw_input_contents);
+  if (!req->inputs || !req->raw_input_contents) goto oom;
+  for (size_t i = 0; i < nin; i++) {
+    st = parse_input(&e, json_array_get(inputs, i), i, req);
+    if (st != TPU_OIP_JSON_OK) goto fail;
+  }
+  if (nout) {
+    req->outputs = calloc(nout, sizeof *req->outputs);
+    if (!req->outputs) goto oom;
+    for (size_t i = 0; i < nout; i++) {
+      st = parse_output(&e, json_array_get(outputs, i), i, req);
+      if (st != TPU_OIP_JSON_OK) goto fail;
+    }
+  }
+  *out = req;
+  return TPU_OIP_JSON_OK;
+
+oom:
+  st = nomem(err, errlen);
+fail:
+  if (!req->model_name) req->model_name = (char *)protobuf_c_empty_string;
+  if (!req->model_version) req->model_version = (char *)protobuf_c_empty_string;
+  inference__model_infer_request__free_unpacked(req, NULL);
+  return st;
+}
+
+tpu_oip_json_status_t tpu_oip_json_infer_request_parse(const char *text, size_t len,
+                                                       const char *model_name,
+                                                       const char *model_version,
+                                                       const tpu_oip_json_limits_t *limits,
+                                                       Inference__ModelInferRequest **out,
+                                                       char *err, size_t errlen) {
+  if (!out) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no output pointer");
+  *out = NULL;
+  json_t *root;
+  tpu_oip_json_status_t st = tpu_oip_json_load(text, len, limits, &root, err, errlen);
+  if (st != TPU_OIP_JSON_OK) return st;
+  st = tpu_oip_json_infer_request_from_json(root, model_name, model_version, out, err, errlen);
+  json_decref(root);
+  return st;
+}
+
+/* ---- tensors to JSON ---- */
+
+/* Appends `count` elements of raw little-endian data as a JSON array. */
+static tpu_oip_json_status_t format_raw_data(ectx_t *e, sbuf_t *b, const dtype_t *dt,
+                                             const uint8_t *p, size_t nbytes, size_t count,
+                                             const char *what) {
+  sb_put(b, "[", 1);
+  if (dt->kind == K_BYTES) {
+    size_t off = 0;
+    for (size_t i = 0; i < count; i++) {
+      if (nbytes - off < 4)
+        return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                    "%s: BYTES data ends inside element %zu's length", what, i);
+      uint64_t n = load_le(p + off, 4);
+      off += 4;
+      if (n > nbytes - off)
+        return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                    "%s: BYTES element %zu claims %" PRIu64 " bytes, %zu remain", what, i, n,
+                    nbytes - off);
+      if (!utf8_valid(p + off, (size_t)n))
+        return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                    "%s: BYTES element %zu is not valid UTF-8, which JSON cannot carry", what, i);
+      if (i) sb_put(b, ",", 1);
+      sb_json_string(b, (const char *)p + off, (size_t)n);
+      off += (size_t)n;
+    }
+    if (off != nbytes)
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                  "%s: %zu bytes of BYTES data left over after %zu elements", what, nbytes - off,
+                  count);
+    sb_put(b, "]", 1);
+    return TPU_OIP_JSON_OK;
+  }
+  for (size_t i = 0; i < count; i++) {
+    if (i) sb_put(b, ",", 1);
+    const uint8_t *q = p + i * dt->size;
+    uint64_t u = load_le(q, dt->size);
+    switch (dt->kind) {
+    case K_BOOL: sb_puts(b, u ? "true" : "false"); break;
+    case K_UINT: sb_printf(b, "%" PRIu64, u); break;
+    case K_INT: {
+      unsigned bits = (unsigned)(8 * dt->size);
+      int64_t v = bits == 64 ? (int64_t)u
+                             : (int64_t)(u ^ (UINT64_C(1) << (bits - 1))) -
+                                   (INT64_C(1) << (bits - 1)); /* sign-extend */
+      sb_printf(b, "%" PRId64, v);
+      break;
+    }
+    case K_FP16: sb_float(b, f16_to_f32((uint16_t)u)); break;
+    case K_BF16: sb_float(b, bf16_to_f32((uint16_t)u)); break;
+    case K_FP32: sb_float(b, f32_from_bits((uint32_t)u)); break;
+    case K_FP64: {
+      double d;
+      memcpy(&d, &u, 8);
+      sb_double(b, d);
+      break;
+    }
+    case K_BYTES: break; /* handled above */
+    }
+  }
+  sb_put(b, "]", 1);
+  return TPU_OIP_JSON_OK;
+}
+
+/* Appends typed InferTensorContents as a JSON array; FP16 and BF16 only travel raw. */
+static tpu_oip_json_status_t format_contents(ectx_t *e, sbuf_t *b, const dtype_t *dt,
+                                             const Inference__InferTensorContents *c, size_t count,
+                                             const char *what, const char *shape) {
+  static const Inference__InferTensorContents empty = INFERENCE__INFER_TENSOR_CONTENTS__INIT;
+  if (!c) c = &empty;
+  size_t n;
+  switch (dt->kind) {
+  case K_BOOL: n = c->n_bool_contents; break;
+  case K_UINT: n = dt->size == 8 ? c->n_uint64_contents : c->n_uint_contents; break;
+  case K_INT: n = dt->size == 8 ? c->n_int64_contents : c->n_int_contents; break;
+  case K_FP32: n = c->n_fp32_contents; break;
+  case K_FP64: n = c->n_fp64_contents; break;
+  case K_BYTES: n = c->n_bytes_contents; break;
+  default:
+    if (count == 0) {
+      sb_puts(b, "[]");
+      return TPU_OIP_JSON_OK;
+    }
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                "%s: %s data can only travel as raw contents", what, dt->name);
+  }
+  if (n != count)
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                "%s: shape %s needs %zu %s elements, contents hold %zu", what, shape, count,
+                dt->name, n);
+  sb_put(b, "[", 1);
+  for (size_t i = 0; i < n; i++) {
+    if (i) sb_put(b, ",", 1);
+    switch (dt->kind) {
+    case K_BOOL: sb_puts(b, c->bool_contents[i] ? "true" : "false"); break;
+    case K_UINT:
+      sb_printf(b, "%" PRIu64,
+                dt->size == 8 ? c->uint64_contents[i] : (uint64_t)c->uint_contents[i]);
+      break;
+    case K_INT:
+      sb_printf(b, "%" PRId64, dt->size == 8 ? c->int64_contents[i] : (int64_t)c->int_contents[i]);
+      break;
+    case K_FP32: sb_float(b, c->fp32_contents[i]); break;
+    case K_FP64: sb_double(b, c->fp64_contents[i]); break;
+    case K_BYTES:
+      if (!utf8_valid(c->bytes_contents[i].data, c->bytes_contents[i].len))
+        return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                    "%s: BYTES element %zu is not valid UTF-8, which JSON cannot carry", what, i);
+      sb_json_string(b, (const char *)c->bytes_contents[i].data, c->bytes_contents[i].len);
+      break;
+    default: break;
+    }
+  }
+  sb_put(b, "]", 1);
+  return TPU_OIP_JSON_OK;
+}
+
+/* Element count of a shape from the wire, or an error for negative or overflowing dims. */
+static tpu_oip_json_status_t shape_count(ectx_t *e, const int64_t *shape, size_t rank,
+                                         const char *what, size_t *count) {
+  uint64_t total = 1;
+  if (rank > TPU_OIP_JSON_MAX_RANK)
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: %zu dimensions, at most %d", what,
+                rank, TPU_OIP_JSON_MAX_RANK);
+  for (size_t i = 0; i < rank; i++) {
+    if (shape[i] < 0)
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                  "%s: dimension %zu is %" PRId64 ", expected >= 0", what, i, shape[i]);
+    if (shape[i] && total > (uint64_t)INT64_MAX / (uint64_t)shape[i])
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: element count overflows", what);
+    total *= (uint64_t)shape[i];
+  }
+  if (total > SIZE_MAX / 8)
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: element count overflows", what);
+  *count = (size_t)total;
+  return TPU_OIP_JSON_OK;
+}
+
+static void sb_shape(sbuf_t *b, const int64_t *shape, size_t rank) {
+  sb_put(b, "[", 1);
+  for (size_t i = 0; i < rank; i++) sb_printf(b, "%s%" PRId64, i ? "," : "", shape[i]);
+  sb_put(b, "]", 1);
+}
+
+/* Appends a string field's literal, refusing text JSON cannot carry. */
+static tpu_oip_json_status_t sb_field_string(ectx_t *e, sbuf_t *b, const char *s,
+                                             const char *what) {
+  if (!s) s = "";
+  size_t n = strlen(s);
+  if (!utf8_valid((const uint8_t *)s, n))
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: not valid UTF-8", what);
+  sb_json_string(b, s, n);
+  return TPU_OIP_JSON_OK;
+}
+
+static tpu_oip_json_status_t format_params(ectx_t *e, sbuf_t *b, size_t n,
+                                           param_entry_t *const *arr, const char *what) {
+  sb_put(b, "{", 1);
+  for (size_t i = 0; i < n; i++) {
+    const param_entry_t *ent = arr[i];
+    if (i) sb_put(b, ",", 1);
+    tpu_oip_json_status_t st = sb_field_string(e, b, ent->key, what);
+    if (st != TPU_OIP_JSON_OK) return st;
+    sb_put(b, ":", 1);
+    const Inference__InferParameter *p = ent->value;
+    switch (p ? p->parameter_choice_case : INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE__NOT_SET) {
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM:
+      sb_puts(b, p->bool_param ? "true" : "false");
+      break;
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM:
+      sb_printf(b, "%" PRId64, p->int64_param);
+      break;
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM:
+      sb_printf(b, "%" PRIu64, p->uint64_param);
+      break;
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM:
+      sb_double(b, p->double_param);
+      break;
+    case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM:
+      st = sb_field_string(e, b, p->string_param, what);
+      if (st != TPU_OIP_JSON_OK) return st;
+      break;
+    default: sb_puts(b, "null"); break;
+    }
+  }
+  sb_put(b, "}", 1);
+  return TPU_OIP_JSON_OK;
+}
+
+tpu_oip_json_status_t tpu_oip_json_infer_response_format(const Inference__ModelInferResponse *resp,
+                                                         char **out, char *err, size_t errlen) {
+  if (!out) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no output pointer");
+  *out = NULL;
+  if (!resp) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no response");
+  ectx_t e = {err, errlen};
+  if (resp->n_raw_output_contents && resp->n_raw_output_contents != resp->n_outputs)
+    return fail(err, errlen, TPU_OIP_JSON_INVALID,
+                "response has %zu outputs but %zu raw_output_contents", resp->n_outputs,
+                resp->n_raw_output_contents);
+  sbuf_t b = {0};
+  tpu_oip_json_status_t st;
+  sb_puts(&b, "{\"model_name\":");
+  if ((st = sb_field_string(&e, &b, resp->model_name, "model_name")) != TPU_OIP_JSON_OK) goto fail;
+  if (resp->model_version && *resp->model_version) {
+    sb_puts(&b, ",\"model_version\":");
+    st = sb_field_string(&e, &b, resp->model_version, "model_version");
+    if (st != TPU_OIP_JSON_OK) goto fail;
+  }
+  if (resp->id && *resp->id) {
+    sb_puts(&b, ",\"id\":");
+    if ((st = sb_field_string(&e, &b, resp->id, "id")) != TPU_OIP_JSON_OK) goto fail;
+  }
+  if (resp->n_parameters) {
+    sb_puts(&b, ",\"parameters\":");
+    st = format_params(&e, &b, resp->n_parameters, (param_entry_t *const *)resp->parameters,
+                       "parameters");
+    if (st != TPU_OIP_JSON_OK) goto fail;
+  }
+  sb_puts(&b, ",\"outputs\":[");
+  for (size_t i = 0; i < resp->n_outputs; i++) {
+    const Inference__ModelInferResponse__InferOutputTensor *o = resp->outputs[i];
+    char what[128];
+    snprintf(what, sizeof what, "outputs[%zu] '%.64s'", i, o && o->name ? o->name : "");
+    if (!o) {
+      st = fail(err, errlen, TPU_OIP_JSON_INVALID, "%s: missing", what);
+      goto fail;
+    }
+    const dtype_t *dt = dtype_find(o->datatype);
+    if (!dt) {
+      st = fail(err, errlen, TPU_OIP_JSON_INVALID, "%s: unknown datatype \"%.32s\"", what,
+                o->datatype ? o->datatype : "");
+      goto fail;
+    }
+    size_t count;
+    if ((st = shape_count(&e, o->shape, o->n_shape, what, &count)) != TPU_OIP_JSON_OK) goto fail;
+    char s[128];
+    format_shape(s, sizeof s, o->shape, o->n_shape);
+    if (i) sb_put(&b, ",", 1);
+    sb_puts(&b, "{\"name\":");
+    if ((st = sb_field_string(&e, &b, o->name, what)) != TPU_OIP_JSON_OK) goto fail;
+    sb_printf(&b, ",\"datatype\":\"%s\",\"shape\":", dt->name);
+    sb_shape(&b, o->shape, o->n_shape);
+    if (o->n_parameters) {
+      sb_puts(&b, ",\"parameters\":");
+      st = format_params(&e, &b, o->n_parameters, (param_entry_t *const *)o->parameters, what);
+      if (st != TPU_OIP_JSON_OK) goto fail;
+    }
+    sb_puts(&b, ",\"data\":");
+    if (resp->n_raw_output_contents) {
+      const ProtobufCBinaryData *raw = &resp->raw_output_contents[i];
+      if (dt->size && raw->len != count * dt->size) {
+        st = fail(err, errlen, TPU_OIP_JSON_INVALID,
+                  "%s: shape %s needs %zu bytes of %s data, got %zu", what, s, count * dt->size,
+                  dt->name, raw->len);
+        goto fail;
+      }
+      st = format_raw_data(&e, &b, dt, raw->data, raw->len, count, what);
+    } else {
+      st = format_contents(&e, &b, dt, o->contents, count, what, s);
+    }
+    if (st != TPU_OIP_JSON_OK) goto fail;
+    sb_put(&b, "}", 1);
+  }
+  sb_puts(&b, "]}");
+  if (b.oom) {
+    st = nomem(err, errlen);
+    goto fail;
+  }
+  *out = b.p;
+  return TPU_OIP_JSON_OK;
+
+fail:
+  free(b.p);
+  return st;
+}
+
+tpu_oip_json_status_t tpu_oip_json_tensor_format(const char *datatype, const int64_t *shape,
+                                                 size_t rank, const void *data, size_t nbytes,
+                                                 char **out, char *err, size_t errlen) {
+  if (!out) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no output pointer");
+  *out = NULL;
+  ectx_t e = {err, errlen};
+  const dtype_t *dt = dtype_find(datatype);
+  if (!dt)
+    return fail(err, errlen, TPU_OIP_JSON_INVALID, "tensor: unknown datatype \"%.32s\"",
+                datatype ? datatype : "");
+  if (rank && !shape) return fail(err, errlen, TPU_OIP_JSON_INVALID, "tensor: no shape");
+  size_t count;
+  tpu_oip_json_status_t st = shape_count(&e, shape, rank, "tensor", &count);
+  if (st != TPU_OIP_JSON_OK) return st;
+  if (dt->size && nbytes != count * dt->size) {
+    char s[128];
+    format_shape(s, sizeof s, shape, rank);
+    return fail(err, errlen, TPU_OIP_JSON_INVALID,
+                "tensor: shape %s needs %zu bytes of %s data, got %zu", s, count * dt->size,
+                dt->name, nbytes);
+  }
+  if (nbytes && !data) return fail(err, errlen, TPU_OIP_JSON_INVALID, "tensor: no data");
+  sbuf_t b = {0};
+  sb_puts(&b, "{\"shape\":");
+  sb_shape(&b, shape, rank);
+  sb_printf(&b, ",\"datatype\":\"%s\",\"data\":", dt->name);
+  st = format_raw_data(&e, &b, dt, data, nbytes, count, "tensor");
+  sb_put(&b, "}", 1);
+  if (st == TPU_OIP_JSON_OK && b.oom) st = nomem(err, errlen);
+  if (st != TPU_OIP_JSON_OK) {
+    free(b.p);
+    return st;
+  }
+  *out = b.p;
+  return TPU_OIP_JSON_OK;
+}
