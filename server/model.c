@@ -1,0 +1,473 @@
+/*
+ * model.c - turns a model version directory into packed weights and compiled plans (see model.h
+ * for the checkpoint conventions and thread rules).
+ *
+ * DESIGN
+ * Load is a straight line with one unwind (goto fail): config, verified checkpoint, per-layer
+ * shape checks and conversion, pack, plans, scratch, warm-up. The checkpoint mapping and every
+ * temporary conversion buffer are released before load returns: a loaded model holds only the
+ * engine's packed weights, its plans, its scratch and its metadata. Run never allocates, never
+ * logs and never touches a file.
+ */
+#include "model.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "safetensors.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors data is little-endian; this loader reads it in place on little-endian hosts"
+#endif
+
+typedef struct {
+  tpu_weights_t *w;
+  size_t in, out;   /* K and N */
+  tpu_plan_t **plans; /* one per bucket */
+} layer_t;
+
+struct tpu_model {
+  tpu_engine_t *engine;
+  char *name, *dir;
+  uint64_t version;
+  tpu_model_config_t *cfg;
+  layer_t *layers;
+  size_t nlayers;
+  float *act[2];        /* ping-pong activations: max_bucket × max_hidden floats each */
+  float *pad_in;        /* staging for tpu_model_infer: max_bucket × input_width */
+  float *pad_out;       /* max_bucket × output_width */
+  uint64_t load_us, warmup_us;
+};
+
+static tpu_status_t fail(char *err, size_t errlen, tpu_status_t status, const char *where,
+                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static tpu_status_t fail(char *err, size_t errlen, tpu_status_t status, const char *where,
+                         const char *fmt, ...) {
+  if (err && errlen) {
+    int n = snprintf(err, errlen, "%s: ", where);
+    if (n >= 0 && (size_t)n < errlen) {
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+      va_end(ap);
+    }
+  }
+  return status;
+}
+
+static uint64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static void *alloc_floats(size_t n) {
+  void *p = NULL;
+  size_t bytes;
+  if (n == 0) n = 1;
+  if (__builtin_mul_overflow(n, sizeof(float), &bytes)) return NULL;
+  bytes = (bytes + 63) & ~(size_t)63;
+  if (posix_memalign(&p, 64, bytes) != 0) return NULL;
+  return p;
+}
+
+/* IEEE binary16 to binary32, exact for every input (subnormals, ±Inf, NaN payloads). */
+static float f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
+  if (exp == 0) {
+    float f = ldexpf((float)mant, -24);
+    return sign ? -f : f;
+  }
+  if (exp == 31)
+    bits = sign | 0x7f800000u | (mant << 13);
+  else
+    bits = sign | ((exp + 112u) << 23) | (mant << 13);
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+/* Copies a float tensor (F32, F16 or BF16; data possibly unaligned) into dst as FP32.
+ * Returns 0 when the dtype is not one of those. */
+static int to_f32(const tpu_st_tensor_t *t, float *dst) {
+  const uint8_t *p = t->data;
+  size_t n = (size_t)t->nelements;
+  switch (t->dtype) {
+  case TPU_ST_F32:
+    memcpy(dst, p, n * sizeof(float));
+    return 1;
+  case TPU_ST_F16:
+    for (size_t i = 0; i < n; i++) {
+      uint16_t h;
+      memcpy(&h, p + 2 * i, 2);
+      dst[i] = f16_to_f32(h);
+    }
+    return 1;
+  case TPU_ST_BF16:
+    for (size_t i = 0; i < n; i++) {
+      uint16_t h;
+      memcpy(&h, p + 2 * i, 2);
+      uint32_t bits = (uint32_t)h << 16;
+      memcpy(&dst[i], &bits, sizeof bits);
+    }
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+static const char *fmt_shape(char *out, size_t outlen, const tpu_st_tensor_t *t) {
+  size_t o = (size_t)snprintf(out, outlen, "[");
+  for (size_t i = 0; i < t->ndim && o < outlen; i++)
+    o += (size_t)snprintf(out + o, outlen - o, "%s%llu", i ? ", " : "",
+                          (unsigned long long)t->shape[i]);
+  if (o < outlen) snprintf(out + o, outlen - o, "]");
+  return out;
+}
+
+/* Index of the first non-finite float, or n. */
+static size_t first_nonfinite(const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(x[i])) return i;
+  return n;
+}
+
+/* Reads, checks and packs layer `li`. `in` is the width the layer must take. */
+static tpu_status_t load_layer(tpu_model_t *m, const tpu_safetensors_t *st, const char *ck,
+                               size_t li, size_t in, char *err, size_t errlen) {
+  const tpu_model_layer_config_t *lc = &m->cfg->layers[li];
+  layer_t *L = &m->layers[li];
+  char shp[160];
+  float *wf = NULL, *bias = NULL, *scales = NULL;
+  tpu_status_t rc = TPU_OK;
+
+  const tpu_st_tensor_t *w = tpu_safetensors_find(st, lc->weight);
+  if (!w)
+    return fail(err, errlen, TPU_EINVAL, ck, "layers[%zu].weight: no tensor named '%s' in the checkpoint",
+                li, lc->weight);
+  if (w->ndim != 2 || w->shape[0] == 0 || w->shape[1] == 0 ||
+      w->shape[0] > TPU_MODEL_MAX_WIDTH || w->shape[1] > TPU_MODEL_MAX_WIDTH)
+    return fail(err, errlen, TPU_EINVAL, ck,
+                "layers[%zu].weight '%s': expected shape [out_features, in_features] with each "
+                "in 1..%u, got %s",
+                li, lc->weight, TPU_MODEL_MAX_WIDTH, fmt_shape(shp, sizeof shp, w));
+  size_t out = (size_t)w->shape[0], k = (size_t)w->shape[1];
+  if (k != in) {
+    if (li == 0)
+      return fail(err, errlen, TPU_EINVAL, ck,
+                  "layers[0].weight '%s': shape %s takes %zu input features, but inputs[0] is "
+                  "[-1, %zu]",
+                  lc->weight, fmt_shape(shp, sizeof shp, w), k, in);
+    return fail(err, errlen, TPU_EINVAL, ck,
+                "layers[%zu].weight '%s': shape %s takes %zu input features, but layers[%zu] "
+                "outputs %zu",
+                li, lc->weight, fmt_shape(shp, sizeof shp, w), k, li - 1, in);
+  }
+  if (li + 1 == m->cfg->nlayers && out != m->cfg->output_width)
+    return fail(err, errlen, TPU_EINVAL, ck,
+                "layers[%zu].weight '%s': shape %s gives %zu output features, but outputs[0] is "
+                "[-1, %zu]",
+                li, lc->weight, fmt_shape(shp, sizeof shp, w), out, m->cfg->output_width);
+  L->in = k;
+  L->out = out;
+
+  if (lc->bias) {
+    const tpu_st_tensor_t *b = tpu_safetensors_find(st, lc->bias);
+    if (!b)
+      return fail(err, errlen, TPU_EINVAL, ck, "layers[%zu].bias: no tensor named '%s' in the checkpoint",
+                  li, lc->bias);
+    if (b->ndim != 1 || b->shape[0] != out)
+      return fail(err, errlen, TPU_EINVAL, ck,
+                  "layers[%zu].bias '%s': expected shape [%zu] (out_features of '%s'), got %s", li,
+                  lc->bias, out, lc->weight, fmt_shape(shp, sizeof shp, b));
+    if (!(bias = alloc_floats(out))) return fail(err, errlen, TPU_ENOMEM, ck, "out of memory");
+    if (!to_f32(b, bias)) {
+      rc = fail(err, errlen, TPU_EINVAL, ck,
+                "layers[%zu].bias '%s': dtype %s is not supported (expected F32, F16 or BF16)", li,
+                lc->bias, tpu_st_dtype_name(b->dtype));
+      goto done;
+    }
+    size_t bad = first_nonfinite(bias, out);
+    if (bad < out) {
+      rc = fail(err, errlen, TPU_EINVAL, ck, "layers[%zu].bias '%s': element [%zu] is %g; expected finite values",
+                li, lc->bias, bad, (double)bias[bad]);
+      goto done;
+    }
+  }
+
+  size_t nel = out * k; /* ≤ 2^40: no overflow */
+  tpu_weights_desc_t desc = {.compute = m->cfg->precision, .k = k, .n = out,
+                             .layout = TPU_LAYOUT_NK, .src_dtype = TPU_DTYPE_FP32};
+  if (w->dtype == TPU_ST_I8) {
+    /* Pre-quantized weights: q [out, in] and scales "<weight>_scale" [out] or [out, 1]. */
+    char sname[TPU_MODEL_MAX_NAME + 16];
+    snprintf(sname, sizeof sname, "%s_scale", lc->weight);
+    const tpu_st_tensor_t *s = tpu_safetensors_find(st, sname);
+    if (!s) {
+      rc = fail(err, errlen, TPU_EINVAL, ck,
+                "layers[%zu].weight '%s' is I8, but the checkpoint has no '%s': I8 weights need "
+                "their per-output-channel scales [%zu] in a tensor named '<weight>_scale'",
+                li, lc->weight, sname, out);
+      goto done;
+    }
+    if (!((s->ndim == 1 && s->shape[0] == out) ||
+          (s->ndim == 2 && s->shape[0] == out && s->shape[1] == 1))) {
+      rc = fail(err, errlen, TPU_EINVAL, ck, "'%s': expected shape [%zu] or [%zu, 1] (out_features of '%s'), got %s",
+                sname, out, out, lc->weight, fmt_shape(shp, sizeof shp, s));
+      goto done;
+    }
+    if (!(scales = alloc_floats(out))) {
+      rc = fail(err, errlen, TPU_ENOMEM, ck, "out of memory");
+      goto done;
+    }
+    if (!to_f32(s, scales)) {
+      rc = fail(err, errlen, TPU_EINVAL, ck, "'%s': dtype %s is not supported (expected F32, F16 or BF16)",
+                sname, tpu_st_dtype_name(s->dtype));
+      goto done;
+    }
+    for (size_t i = 0; i < out; i++)
+      if (!isfinite(scales[i]) || !(scales[i] > 0)) {
+        rc = fail(err, errlen, TPU_EINVAL, ck, "'%s': element [%zu] is %g; expected a finite scale > 0",
+                  sname, i, (double)scales[i]);
+        goto done;
+      }
+    const int8_t *q = w->data; /* bytes: no alignment needed */
+    for (size_t i = 0; i < nel; i++)
+      if (q[i] == -128) {
+        rc = fail(err, errlen, TPU_EINVAL, ck,
+                  "layers[%zu].weight '%s': element [%zu, %zu] is -128; symmetric int8 weights "
+                  "must be in [-127, 127]",
+                  li, lc->weight, i / k, i % k);
+        goto done;
+      }
+    if (m->cfg->precision == TPU_DTYPE_INT8) {
+      desc.src_dtype = TPU_DTYPE_INT8;
+      desc.src = q;
+      desc.src_scales = scales;
+    } else {
+      if (!(wf = alloc_floats(nel))) {
+        rc = fail(err, errlen, TPU_ENOMEM, ck, "out of memory");
+        goto done;
+      }
+      for (size_t i = 0; i < nel; i++) wf[i] = (float)q[i] * scales[i / k];
+      desc.src = wf;
+    }
+  } else {
+    if (!(wf = alloc_floats(nel))) {
+      rc = fail(err, errlen, TPU_ENOMEM, ck, "out of memory");
+      goto done;
+    }
+    if (!to_f32(w, wf)) {
+      rc = fail(err, errlen, TPU_EINVAL, ck,
+                "layers[%zu].weight '%s': dtype %s is not supported (expected F32, F16, BF16, or "
+                "I8 with '<weight>_scale')",
+                li, lc->weight, tpu_st_dtype_name(w->dtype));
+      goto done;
+    }
+    size_t bad = first_nonfinite(wf, nel);
+    if (bad < nel) {
+      rc = fail(err, errlen, TPU_EINVAL, ck,
+                "layers[%zu].weight '%s': element [%zu, %zu] is %g; expected finite values", li,
+                lc->weight, bad / k, bad % k, (double)wf[bad]);
+      goto done;
+    }
+    desc.src = wf;
+  }
+
+  if ((rc = tpu_weights_pack(m->engine, &desc, &L->w)) != TPU_OK) {
+    rc = fail(err, errlen, rc, ck, "layers[%zu] '%s': packing %zux%zu %s weights failed: %s", li,
+              lc->weight, out, k, tpu_model_precision_name(m->cfg->precision), tpu_strerror(rc));
+    goto done;
+  }
+  if (!(L->plans = calloc(m->cfg->nbuckets, sizeof *L->plans))) {
+    rc = fail(err, errlen, TPU_ENOMEM, ck, "out of memory");
+    goto done;
+  }
+  tpu_epilogue_t ep = {.bias = bias, .act = lc->act, .out_dtype = TPU_DTYPE_FP32};
+  for (size_t b = 0; b < m->cfg->nbuckets; b++) {
+    rc = tpu_plan_create(m->engine, L->w, m->cfg->buckets[b], TPU_DTYPE_FP32, &ep, &L->plans[b]);
+    if (rc != TPU_OK) {
+      rc = fail(err, errlen, rc, ck, "layers[%zu] '%s': compiling the plan for bucket %zu failed: %s",
+                li, lc->weight, m->cfg->buckets[b], tpu_strerror(rc));
+      goto done;
+    }
+  }
+done:
+  free(wf);
+  free(bias);
+  free(scales);
+  return rc;
+}
+
+void tpu_model_free(tpu_model_t *m) {
+  if (!m) return;
+  for (size_t i = 0; m->layers && i < m->nlayers; i++) {
+    for (size_t b = 0; m->layers[i].plans && b < m->cfg->nbuckets; b++)
+      tpu_plan_free(m->layers[i].plans[b]);
+    free(m->layers[i].plans);
+    tpu_weights_free(m->layers[i].w);
+  }
+  free(m->layers);
+  free(m->act[0]);
+  free(m->act[1]);
+  free(m->pad_in);
+  free(m->pad_out);
+  tpu_model_config_free(m->cfg);
+  free(m->name);
+  free(m->dir);
+  free(m);
+}
+
+tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *name,
+                            uint64_t version, tpu_model_t **out, char *err, size_t errlen) {
+  uint64_t t0 = now_us();
+  char path[PATH_MAX], ck[PATH_MAX];
+  tpu_safetensors_t *st = NULL;
+  tpu_status_t rc;
+  if (err && errlen) err[0] = '\0';
+  if (!engine || !dir || !name || !out)
+    return fail(err, errlen, TPU_EINVAL, "tpu_model_load", "engine, dir, name and out are required");
+  *out = NULL;
+  if ((size_t)snprintf(path, sizeof path, "%s/model.json", dir) >= sizeof path)
+    return fail(err, errlen, TPU_EINVAL, dir, "path too long");
+
+  tpu_model_t *m = calloc(1, sizeof *m);
+  if (!m) return fail(err, errlen, TPU_ENOMEM, dir, "out of memory");
+  m->engine = engine;
+  m->version = version;
+  if (!(m->name = strdup(name)) || !(m->dir = strdup(dir))) {
+    rc = fail(err, errlen, TPU_ENOMEM, dir, "out of memory");
+    goto fail;
+  }
+  if ((rc = tpu_model_config_load(path, &m->cfg, err, errlen)) != TPU_OK) goto fail;
+  const tpu_model_config_t *cfg = m->cfg;
+
+  if ((size_t)snprintf(ck, sizeof ck, "%s/%s", dir, cfg->checkpoint_file) >= sizeof ck) {
+    rc = fail(err, errlen, TPU_EINVAL, dir, "path too long");
+    goto fail;
+  }
+  /* The digest is checked before the file is parsed: a partial copy or tampered file is
+   * reported as what it is, and never interpreted. */
+  if ((rc = tpu_safetensors_open_verified(ck, cfg->sha256, &st, err, errlen)) != TPU_OK) goto fail;
+
+  if (!(m->layers = calloc(cfg->nlayers, sizeof *m->layers))) {
+    rc = fail(err, errlen, TPU_ENOMEM, dir, "out of memory");
+    goto fail;
+  }
+  m->nlayers = cfg->nlayers;
+  size_t width = cfg->input_width, hidden = 1;
+  for (size_t i = 0; i < cfg->nlayers; i++) {
+    if ((rc = load_layer(m, st, ck, i, width, err, errlen)) != TPU_OK) goto fail;
+    width = m->layers[i].out;
+    if (i + 1 < cfg->nlayers && width > hidden) hidden = width;
+  }
+  tpu_safetensors_close(st); /* weights are packed: the mapping is no longer needed */
+  st = NULL;
+
+  size_t maxb = cfg->max_batch_size; /* ≤ 4096 and widths ≤ 2^20: products fit size_t */
+  m->pad_in = alloc_floats(maxb * cfg->input_width);
+  m->pad_out = alloc_floats(maxb * cfg->output_width);
+  if (cfg->nlayers > 1) {
+    m->act[0] = alloc_floats(maxb * hidden);
+    m->act[1] = cfg->nlayers > 2 ? alloc_floats(maxb * hidden) : NULL;
+  }
+  if (!m->pad_in || !m->pad_out || (cfg->nlayers > 1 && !m->act[0]) ||
+      (cfg->nlayers > 2 && !m->act[1])) {
+    rc = fail(err, errlen, TPU_ENOMEM, dir, "out of memory for %zu-row scratch", maxb);
+    goto fail;
+  }
+
+  /* Warm-up: every bucket once, so the first request pays no first-touch or lazy-init cost. */
+  uint64_t tw = now_us();
+  memset(m->pad_in, 0, maxb * cfg->input_width * sizeof(float));
+  for (size_t b = 0; b < cfg->nbuckets; b++)
+    if ((rc = tpu_model_run(m, b, m->pad_in, m->pad_out)) != TPU_OK) {
+      rc = fail(err, errlen, rc, dir, "warm-up run of bucket %zu failed: %s", cfg->buckets[b],
+                tpu_strerror(rc));
+      goto fail;
+    }
+  m->warmup_us = now_us() - tw;
+  m->load_us = now_us() - t0;
+  *out = m;
+  return TPU_OK;
+
+fail:
+  tpu_safetensors_close(st);
+  tpu_model_free(m);
+  return rc;
+}
+
+int tpu_model_bucket_index(const tpu_model_t *m, size_t rows) {
+  if (!m || rows == 0) return -1;
+  for (size_t b = 0; b < m->cfg->nbuckets; b++)
+    if (m->cfg->buckets[b] >= rows) return (int)b;
+  return -1;
+}
+
+tpu_status_t tpu_model_run(tpu_model_t *m, size_t bucket_index, const float *in, float *out) {
+  if (!m || !in || !out || bucket_index >= m->cfg->nbuckets) return TPU_EINVAL;
+  const float *x = in;
+  for (size_t i = 0; i < m->nlayers; i++) {
+    float *y = i + 1 == m->nlayers ? out : m->act[i & 1];
+    tpu_status_t rc = tpu_plan_run(m->layers[i].plans[bucket_index], x, NULL, y);
+    if (rc != TPU_OK) return rc;
+    x = y;
+  }
+  return TPU_OK;
+}
+
+tpu_status_t tpu_model_infer(tpu_model_t *m, size_t rows, const float *in, float *out) {
+  if (!m || !in || !out || rows == 0) return TPU_EINVAL;
+  size_t k = m->cfg->input_width, n = m->cfg->output_width;
+  while (rows > 0) {
+    size_t chunk = rows < m->cfg->max_batch_size ? rows : m->cfg->max_batch_size;
+    int b = tpu_model_bucket_index(m, chunk);
+    size_t bucket = m->cfg->buckets[b];
+    tpu_status_t rc;
+    if (bucket == chunk) {
+      rc = tpu_model_run(m, (size_t)b, in, out);
+    } else {
+      memcpy(m->pad_in, in, chunk * k * sizeof(float));
+      memset(m->pad_in + chunk * k, 0, (bucket - chunk) * k * sizeof(float));
+      rc = tpu_model_run(m, (size_t)b, m->pad_in, m->pad_out);
+      if (rc == TPU_OK) memcpy(out, m->pad_out, chunk * n * sizeof(float));
+    }
+    if (rc != TPU_OK) return rc;
+    in += chunk * k;
+    out += chunk * n;
+    rows -= chunk;
+  }
+  return TPU_OK;
+}
+
+const char *tpu_model_name(const tpu_model_t *m) { return m ? m->name : NULL; }
+uint64_t tpu_model_version(const tpu_model_t *m) { return m ? m->version : 0; }
+const char *tpu_model_dir(const tpu_model_t *m) { return m ? m->dir : NULL; }
+const char *tpu_model_input_name(const tpu_model_t *m) { return m ? m->cfg->input_name : NULL; }
+size_t tpu_model_input_width(const tpu_model_t *m) { return m ? m->cfg->input_width : 0; }
+const char *tpu_model_output_name(const tpu_model_t *m) { return m ? m->cfg->output_name : NULL; }
+size_t tpu_model_output_width(const tpu_model_t *m) { return m ? m->cfg->output_width : 0; }
+
+const size_t *tpu_model_buckets(const tpu_model_t *m, size_t *n) {
+  if (n) *n = m ? m->cfg->nbuckets : 0;
+  return m ? m->cfg->buckets : NULL;
+}
+
+size_t tpu_model_max_batch_size(const tpu_model_t *m) { return m ? m->cfg->max_batch_size : 0; }
+uint32_t tpu_model_max_queue_delay_us(const tpu_model_t *m) {
+  return m ? m->cfg->max_queue_delay_us : 0;
+}
+tpu_dtype_t tpu_model_precision(const tpu_model_t *m) {
+  return m ? m->cfg->precision : TPU_DTYPE_FP32;
+}
+size_t tpu_model_layer_count(const tpu_model_t *m) { return m ? m->nlayers : 0; }
+const char *tpu_model_sha256(const tpu_model_t *m) { return m ? m->cfg->sha256 : NULL; }
+const tpu_model_config_t *tpu_model_config(const tpu_model_t *m) { return m ? m->cfg : NULL; }
+uint64_t tpu_model_load_us(const tpu_model_t *m) { return m ? m->load_us : 0; }
+uint64_t tpu_model_warmup_us(const tpu_model_t *m) { return m ? m->warmup_us : 0; }

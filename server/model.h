@@ -1,0 +1,110 @@
+/*
+ * model.h - one loaded model version: model.json + a verified safetensors checkpoint turned into
+ * packed engine weights and one compiled plan per (layer, bucket).
+ *
+ * DESIGN
+ * tpu_model_load does everything that can fail, once, off the hot path: it parses
+ * <dir>/model.json, checks the checkpoint's SHA-256 against checkpoint.sha256 before parsing the
+ * file, validates the safetensors file, checks every weight and bias shape against the dense
+ * chain (layer i's in_features == layer i-1's out_features, the first == the input width, the
+ * last out_features == the output width, bias [out_features]), converts the weights to what the
+ * engine packs, packs them (TPU_LAYOUT_NK), compiles a plan per (layer, bucket), allocates all
+ * scratch, runs every bucket once (warm-up) and closes the checkpoint. A model that loaded can
+ * only fail to run on a bad argument.
+ *
+ * Weights. Each layer's weight is a 2-D tensor [out_features, in_features] (PyTorch nn.Linear)
+ * and its optional bias a 1-D tensor [out_features]. Accepted checkpoint dtypes:
+ *   - F32, F16, BF16: converted to FP32 (exactly: both embed in binary32) and packed in the
+ *     model's precision; for int8 the engine quantizes symmetrically per output channel at pack.
+ *     Every element must be finite.
+ *   - I8 (pre-quantized): the checkpoint must also hold the per-output-channel scales in a tensor
+ *     named "<weight>_scale" (e.g. "fc1.weight_scale", the name compressed-tensors/vLLM
+ *     checkpoints use), shape [out_features] or [out_features, 1], dtype F32, F16 or BF16, every
+ *     scale finite and > 0. Real weight = q × scale[row]; q must be in [-127, 127] (symmetric
+ *     quantization; -128 is refused). With precision int8 the quantized weights are packed as
+ *     they are (no requantization); with fp32 or bf16 they are dequantized first.
+ * Biases and scales: F32, F16 or BF16. Tensors the layers do not name are ignored.
+ *
+ * Running. Every engine call has a static shape: tpu_model_run takes a batch of exactly
+ * buckets[i] rows, already padded by the caller (the batcher). tpu_model_infer is the convenience
+ * form for any number of rows: it splits into chunks of at most max_batch_size, pads each to its
+ * smallest bucket in model-owned staging buffers and copies the real rows out. Neither allocates:
+ * all activations ping-pong between two buffers of max_bucket × max_hidden_width floats allocated
+ * at load.
+ *
+ * Thread safety: a model's plans and scratch are shared state, so tpu_model_run and
+ * tpu_model_infer may be called by one thread at a time per model (the batcher serializes each
+ * model); the accessors may be called from any thread at any time, since they read only what
+ * load wrote. Different models may run concurrently on one engine.
+ */
+#ifndef TPU_MODEL_H
+#define TPU_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model_config.h"
+#include "tpu_engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpu_model tpu_model_t;
+
+/* Loads the model version in directory `dir` (which holds model.json and the checkpoint it
+ * names) on `engine`, as model `name` version `version` (names are the server's; they are
+ * copied and only reported). On success *out is a ready model (warm-up done); on failure *out is
+ * NULL and err (errlen bytes; may be NULL) says what was wrong, prefixed with the file it was
+ * found in. Status: TPU_EINVAL for a bad, unreadable or mismatched model.json or checkpoint
+ * (including a SHA-256 mismatch), TPU_ENOMEM, or an engine status from packing or planning. The
+ * engine must outlive the model. */
+tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *name,
+                            uint64_t version, tpu_model_t **out, char *err, size_t errlen);
+
+/* Frees the model's plans, weights and scratch; accepts NULL. No run may be in progress. */
+void tpu_model_free(tpu_model_t *model);
+
+/* Index of the smallest bucket that holds `rows` rows, or -1 when rows is 0 or exceeds
+ * max_batch_size. */
+int tpu_model_bucket_index(const tpu_model_t *model, size_t rows);
+
+/* Runs the layer chain on one padded batch: `in` holds buckets[bucket_index] rows of
+ * input_width floats, `out` receives as many rows of output_width floats. in and out must not
+ * overlap. Allocates nothing. One thread at a time per model. TPU_EINVAL on a bad argument. */
+tpu_status_t tpu_model_run(tpu_model_t *model, size_t bucket_index, const float *in, float *out);
+
+/* Runs `rows` rows (any number ≥ 1) through the model, padding internally (see DESIGN): `in` is
+ * rows × input_width floats, `out` rows × output_width. Allocates nothing. One thread at a time
+ * per model. */
+tpu_status_t tpu_model_infer(tpu_model_t *model, size_t rows, const float *in, float *out);
+
+/* ---- metadata: fixed at load, readable from any thread ---- */
+
+const char *tpu_model_name(const tpu_model_t *model);
+uint64_t tpu_model_version(const tpu_model_t *model);
+/* The directory the model was loaded from. */
+const char *tpu_model_dir(const tpu_model_t *model);
+const char *tpu_model_input_name(const tpu_model_t *model);
+size_t tpu_model_input_width(const tpu_model_t *model);   /* floats per input row */
+const char *tpu_model_output_name(const tpu_model_t *model);
+size_t tpu_model_output_width(const tpu_model_t *model);  /* floats per output row */
+/* The batch buckets, strictly increasing; *n receives their count. */
+const size_t *tpu_model_buckets(const tpu_model_t *model, size_t *n);
+size_t tpu_model_max_batch_size(const tpu_model_t *model); /* == the last bucket */
+uint32_t tpu_model_max_queue_delay_us(const tpu_model_t *model); /* microseconds */
+tpu_dtype_t tpu_model_precision(const tpu_model_t *model); /* FP32, BF16 or INT8 */
+size_t tpu_model_layer_count(const tpu_model_t *model);
+/* The checkpoint's verified SHA-256: 64 lower-case hex digits. */
+const char *tpu_model_sha256(const tpu_model_t *model);
+/* The parsed model.json. */
+const tpu_model_config_t *tpu_model_config(const tpu_model_t *model);
+/* Microseconds tpu_model_load took in all, and of them the warm-up runs of every bucket. */
+uint64_t tpu_model_load_us(const tpu_model_t *model);
+uint64_t tpu_model_warmup_us(const tpu_model_t *model);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPU_MODEL_H */

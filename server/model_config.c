@@ -1,0 +1,478 @@
+/*
+ * model_config.c - model.json parsing and validation (decisions and defaults in model_config.h).
+ *
+ * DESIGN
+ * One pass over the jansson tree, field by field in the order of the contract's example, each
+ * error written once with its JSON path. The config owns copies of its strings; the jansson tree
+ * is freed before returning. Never opens the checkpoint: that is model.c's job.
+ */
+#include "model_config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+  const char *file; /* message prefix */
+  char *err;
+  size_t errlen;
+} ctx_t;
+
+static tpu_status_t fail(ctx_t *c, tpu_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static tpu_status_t fail(ctx_t *c, tpu_status_t status, const char *fmt, ...) {
+  if (c->err && c->errlen) {
+    int n = snprintf(c->err, c->errlen, "%s: ", c->file);
+    if (n >= 0 && (size_t)n < c->errlen) {
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
+      va_end(ap);
+    }
+  }
+  return status;
+}
+
+/* A short, log-safe rendering of a JSON value for "got ..." (strings quoted, containers named,
+ * control bytes escaped, long text cut). */
+static const char *got(char *out, size_t outlen, const json_t *v) {
+  if (!v) return "nothing";
+  if (json_is_object(v)) return "an object";
+  if (json_is_array(v)) return "an array";
+  char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_ENSURE_ASCII);
+  if (!s) return "a value";
+  size_t n = strlen(s);
+  if (n + 1 > outlen) {
+    memcpy(out, s, outlen - 4);
+    memcpy(out + outlen - 4, "...", 4);
+  } else {
+    memcpy(out, s, n + 1);
+  }
+  free(s);
+  return out;
+}
+
+/* Refuses keys of `obj` not in the NULL-terminated list `allowed`. */
+static tpu_status_t only_keys(ctx_t *c, const char *path, json_t *obj, const char *const *allowed) {
+  const char *k;
+  json_t *v;
+  json_object_foreach(obj, k, v) {
+    int ok = 0;
+    for (const char *const *a = allowed; *a; a++) ok |= strcmp(k, *a) == 0;
+    if (ok) continue;
+    char list[256] = "", name[96];
+    size_t o = 0;
+    for (const char *const *a = allowed; *a && o < sizeof list; a++)
+      o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", a == allowed ? "" : ", ", *a);
+    json_t *ks = json_string(k);
+    got(name, sizeof name, ks);
+    json_decref(ks);
+    return fail(c, TPU_EINVAL, "%s%sunknown field %s (expected %s)", path, *path ? ": " : "", name,
+                list);
+  }
+  return TPU_OK;
+}
+
+/* A required or optional name-like string: 1..TPU_MODEL_MAX_NAME bytes, no control characters.
+ * *out is a copy (NULL when absent and optional). */
+static tpu_status_t get_name(ctx_t *c, const char *path, json_t *v, int required, char **out) {
+  char g[96];
+  *out = NULL;
+  if (!v || json_is_null(v)) {
+    if (required) return fail(c, TPU_EINVAL, "%s: required field is missing", path);
+    return TPU_OK;
+  }
+  if (!json_is_string(v))
+    return fail(c, TPU_EINVAL, "%s: expected a string, got %s", path, got(g, sizeof g, v));
+  const char *s = json_string_value(v);
+  size_t n = json_string_length(v);
+  if (n == 0 || n > TPU_MODEL_MAX_NAME)
+    return fail(c, TPU_EINVAL, "%s: expected a string of 1 to %d bytes, got %zu bytes", path,
+                TPU_MODEL_MAX_NAME, n);
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+      return fail(c, TPU_EINVAL, "%s: expected no control characters, got %s", path,
+                  got(g, sizeof g, v));
+  if (!(*out = strdup(s))) return fail(c, TPU_ENOMEM, "out of memory");
+  return TPU_OK;
+}
+
+/* An integer in [lo, hi]; `what` completes "expected ..." (e.g. "a positive integer ≤ 64"). */
+static tpu_status_t get_int(ctx_t *c, const char *path, json_t *v, long long lo, long long hi,
+                            const char *what, long long *out) {
+  char g[96];
+  if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+    return fail(c, TPU_EINVAL, "%s: expected %s, got %s", path, what, got(g, sizeof g, v));
+  *out = json_integer_value(v);
+  return TPU_OK;
+}
+
+/* inputs or outputs: exactly one {"name", "datatype": "FP32", "shape": [-1, K]}. */
+static tpu_status_t parse_io(ctx_t *c, const char *field, json_t *arr, char **name, size_t *width) {
+  static const char *const keys[] = {"name", "datatype", "shape", NULL};
+  char path[64], g[96];
+  tpu_status_t rc;
+  if (!arr) return fail(c, TPU_EINVAL, "%s: required field is missing", field);
+  if (!json_is_array(arr) || json_array_size(arr) != 1)
+    return fail(c, TPU_EINVAL, "%s: expected an array of exactly one tensor, got %s", field,
+                json_is_array(arr) ? (json_array_size(arr) ? "more than one" : "an empty array")
+                                   : got(g, sizeof g, arr));
+  json_t *t = json_array_get(arr, 0);
+  snprintf(path, sizeof path, "%s[0]", field);
+  if (!json_is_object(t))
+    return fail(c, TPU_EINVAL, "%s: expected an object with name, datatype and shape, got %s", path,
+                got(g, sizeof g, t));
+  if ((rc = only_keys(c, path, t, keys)) != TPU_OK) return rc;
+
+  snprintf(path, sizeof path, "%s[0].name", field);
+  if ((rc = get_name(c, path, json_object_get(t, "name"), 1, name)) != TPU_OK) return rc;
+
+  snprintf(path, sizeof path, "%s[0].datatype", field);
+  json_t *dt = json_object_get(t, "datatype");
+  if (!dt) return fail(c, TPU_EINVAL, "%s: required field is missing", path);
+  if (!json_is_string(dt) || strcmp(json_string_value(dt), "FP32") != 0)
+    return fail(c, TPU_EINVAL, "%s: expected \"FP32\" (the only datatype models take today), got %s",
+                path, got(g, sizeof g, dt));
+
+  snprintf(path, sizeof path, "%s[0].shape", field);
+  json_t *sh = json_object_get(t, "shape");
+  if (!sh) return fail(c, TPU_EINVAL, "%s: required field is missing", path);
+  if (!json_is_array(sh) || json_array_size(sh) != 2)
+    return fail(c, TPU_EINVAL, "%s: expected [-1, width] (batch dimension, then features), got %s",
+                path, json_is_array(sh) ? "a different number of dimensions" : got(g, sizeof g, sh));
+  json_t *b = json_array_get(sh, 0);
+  if (!json_is_integer(b) || json_integer_value(b) != -1)
+    return fail(c, TPU_EINVAL, "%s[0]: expected -1 (the batch dimension), got %s", path,
+                got(g, sizeof g, b));
+  char what[64];
+  snprintf(what, sizeof what, "a positive integer ≤ %u", TPU_MODEL_MAX_WIDTH);
+  long long k;
+  snprintf(path, sizeof path, "%s[0].shape[1]", field);
+  if ((rc = get_int(c, path, json_array_get(sh, 1), 1, TPU_MODEL_MAX_WIDTH, what, &k)) != TPU_OK)
+    return rc;
+  *width = (size_t)k;
+  return TPU_OK;
+}
+
+static tpu_status_t parse_layers(ctx_t *c, json_t *arr, tpu_model_config_t *cfg) {
+  static const char *const keys[] = {"op", "weight", "bias", "activation", NULL};
+  char path[64], g[96];
+  tpu_status_t rc;
+  if (!arr) return fail(c, TPU_EINVAL, "layers: required field is missing");
+  if (!json_is_array(arr) || json_array_size(arr) == 0 ||
+      json_array_size(arr) > TPU_MODEL_MAX_LAYERS)
+    return fail(c, TPU_EINVAL, "layers: expected an array of 1 to %d layers, got %s",
+                TPU_MODEL_MAX_LAYERS,
+                json_is_array(arr) ? (json_array_size(arr) ? "too many" : "an empty array")
+                                   : got(g, sizeof g, arr));
+  size_t n = json_array_size(arr);
+  if (!(cfg->layers = calloc(n, sizeof *cfg->layers))) return fail(c, TPU_ENOMEM, "out of memory");
+  cfg->nlayers = n;
+  for (size_t i = 0; i < n; i++) {
+    tpu_model_layer_config_t *l = &cfg->layers[i];
+    json_t *o = json_array_get(arr, i);
+    snprintf(path, sizeof path, "layers[%zu]", i);
+    if (!json_is_object(o))
+      return fail(c, TPU_EINVAL, "%s: expected an object with op, weight, bias and activation, got %s",
+                  path, got(g, sizeof g, o));
+    if ((rc = only_keys(c, path, o, keys)) != TPU_OK) return rc;
+    json_t *op = json_object_get(o, "op");
+    if (op && (!json_is_string(op) || strcmp(json_string_value(op), "dense") != 0))
+      return fail(c, TPU_EINVAL, "layers[%zu].op: expected \"dense\" (the only op), got %s", i,
+                  got(g, sizeof g, op));
+    snprintf(path, sizeof path, "layers[%zu].weight", i);
+    if ((rc = get_name(c, path, json_object_get(o, "weight"), 1, &l->weight)) != TPU_OK) return rc;
+    snprintf(path, sizeof path, "layers[%zu].bias", i);
+    if ((rc = get_name(c, path, json_object_get(o, "bias"), 0, &l->bias)) != TPU_OK) return rc;
+    json_t *act = json_object_get(o, "activation");
+    l->act = TPU_ACT_NONE;
+    if (act && (!json_is_string(act) || tpu_act_parse(json_string_value(act), &l->act) != TPU_OK))
+      return fail(c, TPU_EINVAL,
+                  "layers[%zu].activation: expected one of \"none\", \"relu\", \"gelu\", "
+                  "\"tanh\", \"sigmoid\", \"softmax\", got %s",
+                  i, got(g, sizeof g, act));
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t parse_batching(ctx_t *c, json_t *o, tpu_model_config_t *cfg) {
+  static const char *const keys[] = {"max_batch_size", "buckets", "max_queue_delay_us", NULL};
+  char path[64], what[96], g[96];
+  tpu_status_t rc;
+  long long v;
+  json_t *mbs = NULL, *buckets = NULL, *delay = NULL;
+  if (o) {
+    if (!json_is_object(o))
+      return fail(c, TPU_EINVAL,
+                  "batching: expected an object with max_batch_size, buckets and "
+                  "max_queue_delay_us, got %s",
+                  got(g, sizeof g, o));
+    if ((rc = only_keys(c, "batching", o, keys)) != TPU_OK) return rc;
+    mbs = json_object_get(o, "max_batch_size");
+    buckets = json_object_get(o, "buckets");
+    delay = json_object_get(o, "max_queue_delay_us");
+  }
+
+  cfg->max_batch_size = 0;
+  if (mbs) {
+    snprintf(what, sizeof what, "a positive integer ≤ %d", TPU_MODEL_MAX_BATCH);
+    if ((rc = get_int(c, "batching.max_batch_size", mbs, 1, TPU_MODEL_MAX_BATCH, what, &v)) != TPU_OK)
+      return rc;
+    cfg->max_batch_size = (size_t)v;
+  }
+
+  if (buckets) {
+    if (!json_is_array(buckets) || json_array_size(buckets) == 0 ||
+        json_array_size(buckets) > TPU_MODEL_MAX_BUCKETS)
+      return fail(c, TPU_EINVAL, "batching.buckets: expected an array of 1 to %d batch sizes, got %s",
+                  TPU_MODEL_MAX_BUCKETS,
+                  json_is_array(buckets) ? (json_array_size(buckets) ? "too many" : "an empty array")
+                                         : got(g, sizeof g, buckets));
+    size_t limit = cfg->max_batch_size ? cfg->max_batch_size : TPU_MODEL_MAX_BATCH;
+    for (size_t i = 0; i < json_array_size(buckets); i++) {
+      snprintf(path, sizeof path, "batching.buckets[%zu]", i);
+      if (cfg->max_batch_size)
+        snprintf(what, sizeof what, "a positive integer ≤ max_batch_size (%zu)", limit);
+      else
+        snprintf(what, sizeof what, "a positive integer ≤ %zu", limit);
+      if ((rc = get_int(c, path, json_array_get(buckets, i), 1, (long long)limit, what, &v)) != TPU_OK)
+        return rc;
+      if (i > 0 && (size_t)v <= cfg->buckets[i - 1])
+        return fail(c, TPU_EINVAL,
+                    "%s: expected a batch size greater than buckets[%zu] (%zu): buckets must be "
+                    "strictly increasing, got %lld",
+                    path, i - 1, cfg->buckets[i - 1], v);
+      cfg->buckets[i] = (size_t)v;
+      cfg->nbuckets = i + 1;
+    }
+    size_t last = cfg->buckets[cfg->nbuckets - 1];
+    if (!cfg->max_batch_size) cfg->max_batch_size = last;
+    if (last != cfg->max_batch_size)
+      return fail(c, TPU_EINVAL,
+                  "batching.buckets: the last bucket (%zu) must equal max_batch_size (%zu), so a "
+                  "full batch has a bucket; add %zu to buckets or lower max_batch_size",
+                  last, cfg->max_batch_size, cfg->max_batch_size);
+  } else {
+    if (!cfg->max_batch_size) cfg->max_batch_size = 64;
+    for (size_t b = 1; b < cfg->max_batch_size; b *= 2) cfg->buckets[cfg->nbuckets++] = b;
+    cfg->buckets[cfg->nbuckets++] = cfg->max_batch_size; /* ≤ 13 powers of 2 below 4096, + 1 */
+  }
+
+  cfg->max_queue_delay_us = 500;
+  if (delay) {
+    snprintf(what, sizeof what, "an integer from 0 to %u (microseconds)",
+             TPU_MODEL_MAX_QUEUE_DELAY_US);
+    if ((rc = get_int(c, "batching.max_queue_delay_us", delay, 0, TPU_MODEL_MAX_QUEUE_DELAY_US,
+                      what, &v)) != TPU_OK)
+      return rc;
+    cfg->max_queue_delay_us = (uint32_t)v;
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t parse_checkpoint(ctx_t *c, json_t *o, tpu_model_config_t *cfg) {
+  static const char *const keys[] = {"file", "sha256", NULL};
+  char g[96];
+  tpu_status_t rc;
+  if (!o) return fail(c, TPU_EINVAL, "checkpoint: required field is missing (it holds sha256)");
+  if (!json_is_object(o))
+    return fail(c, TPU_EINVAL, "checkpoint: expected an object with file and sha256, got %s",
+                got(g, sizeof g, o));
+  if ((rc = only_keys(c, "checkpoint", o, keys)) != TPU_OK) return rc;
+
+  json_t *f = json_object_get(o, "file");
+  if (f) {
+    if ((rc = get_name(c, "checkpoint.file", f, 1, &cfg->checkpoint_file)) != TPU_OK) return rc;
+    const char *s = cfg->checkpoint_file;
+    if (strchr(s, '/') || strchr(s, '\\') || strstr(s, "..") || strcmp(s, ".") == 0)
+      return fail(c, TPU_EINVAL,
+                  "checkpoint.file: expected a plain file name in the version directory (no '/', "
+                  "'\\' or '..'), got %s",
+                  got(g, sizeof g, f));
+  } else if (!(cfg->checkpoint_file = strdup("model.safetensors"))) {
+    return fail(c, TPU_ENOMEM, "out of memory");
+  }
+
+  json_t *h = json_object_get(o, "sha256");
+  if (!h) return fail(c, TPU_EINVAL, "checkpoint.sha256: required field is missing");
+  const char *s = json_is_string(h) ? json_string_value(h) : NULL;
+  int ok = s && json_string_length(h) == 64;
+  for (int i = 0; ok && i < 64; i++) {
+    char ch = s[i];
+    if (ch >= 'A' && ch <= 'F') ch = (char)(ch + 32);
+    ok = (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f');
+    cfg->sha256[i] = ch;
+  }
+  if (!ok)
+    return fail(c, TPU_EINVAL, "checkpoint.sha256: expected 64 hex digits (the file's SHA-256), got %s",
+                got(g, sizeof g, h));
+  cfg->sha256[64] = '\0';
+  return TPU_OK;
+}
+
+/* Refuses text nesting deeper than TPU_MODEL_CONFIG_MAX_DEPTH before a recursive parser sees it. */
+static tpu_status_t check_depth(ctx_t *c, const char *s, size_t len) {
+  int depth = 0, in_str = 0;
+  size_t line = 1;
+  for (size_t i = 0; i < len; i++) {
+    char ch = s[i];
+    if (ch == '\n') line++;
+    if (in_str) {
+      if (ch == '\\') i++;
+      else if (ch == '"') in_str = 0;
+    } else if (ch == '"') {
+      in_str = 1;
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > TPU_MODEL_CONFIG_MAX_DEPTH)
+        return fail(c, TPU_EINVAL, "line %zu: nests arrays and objects more than %d deep", line,
+                    TPU_MODEL_CONFIG_MAX_DEPTH);
+    } else if (ch == ']' || ch == '}') {
+      depth--;
+    }
+  }
+  return TPU_OK;
+}
+
+void tpu_model_config_free(tpu_model_config_t *cfg) {
+  if (!cfg) return;
+  free(cfg->input_name);
+  free(cfg->output_name);
+  for (size_t i = 0; i < cfg->nlayers; i++) {
+    free(cfg->layers[i].weight);
+    free(cfg->layers[i].bias);
+  }
+  free(cfg->layers);
+  free(cfg->checkpoint_file);
+  free(cfg);
+}
+
+const char *tpu_model_precision_name(tpu_dtype_t precision) {
+  switch (precision) {
+  case TPU_DTYPE_FP32: return "fp32";
+  case TPU_DTYPE_BF16: return "bf16";
+  case TPU_DTYPE_INT8: return "int8";
+  default: return NULL;
+  }
+}
+
+tpu_status_t tpu_model_config_parse(const char *json, size_t len, const char *name,
+                                    tpu_model_config_t **out, char *err, size_t errlen) {
+  static const char *const keys[] = {"inputs", "outputs", "layers", "precision",
+                                     "batching", "checkpoint", NULL};
+  ctx_t c = {name ? name : "model.json", err, errlen};
+  char g[96];
+  tpu_status_t rc;
+  if (err && errlen) err[0] = '\0';
+  if (!out || (!json && len)) return fail(&c, TPU_EINVAL, "invalid argument");
+  *out = NULL;
+  if (len > TPU_MODEL_CONFIG_MAX_BYTES)
+    return fail(&c, TPU_EINVAL, "file is %zu bytes, more than the limit of %u", len,
+                TPU_MODEL_CONFIG_MAX_BYTES);
+  if ((rc = check_depth(&c, json, len)) != TPU_OK) return rc;
+
+  json_error_t jerr;
+  json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root)
+    return fail(&c, TPU_EINVAL, "not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
+                jerr.column);
+  tpu_model_config_t *cfg = calloc(1, sizeof *cfg);
+  if (!cfg) {
+    rc = fail(&c, TPU_ENOMEM, "out of memory");
+    goto fail;
+  }
+  if (!json_is_object(root)) {
+    rc = fail(&c, TPU_EINVAL, "expected a JSON object at the top level, got %s",
+              got(g, sizeof g, root));
+    goto fail;
+  }
+  if ((rc = only_keys(&c, "", root, keys)) != TPU_OK) goto fail;
+  if ((rc = parse_io(&c, "inputs", json_object_get(root, "inputs"), &cfg->input_name,
+                     &cfg->input_width)) != TPU_OK)
+    goto fail;
+  if ((rc = parse_io(&c, "outputs", json_object_get(root, "outputs"), &cfg->output_name,
+                     &cfg->output_width)) != TPU_OK)
+    goto fail;
+  if ((rc = parse_layers(&c, json_object_get(root, "layers"), cfg)) != TPU_OK) goto fail;
+
+  json_t *p = json_object_get(root, "precision");
+  cfg->precision = TPU_DTYPE_FP32;
+  if (p) {
+    const char *s = json_is_string(p) ? json_string_value(p) : "";
+    if (strcmp(s, "fp32") == 0) cfg->precision = TPU_DTYPE_FP32;
+    else if (strcmp(s, "bf16") == 0) cfg->precision = TPU_DTYPE_BF16;
+    else if (strcmp(s, "int8") == 0) cfg->precision = TPU_DTYPE_INT8;
+    else {
+      rc = fail(&c, TPU_EINVAL, "precision: expected \"fp32\", \"bf16\" or \"int8\", got %s",
+                got(g, sizeof g, p));
+      goto fail;
+    }
+  }
+  if ((rc = parse_batching(&c, json_object_get(root, "batching"), cfg)) != TPU_OK) goto fail;
+  if ((rc = parse_checkpoint(&c, json_object_get(root, "checkpoint"), cfg)) != TPU_OK) goto fail;
+  json_decref(root);
+  *out = cfg;
+  return TPU_OK;
+
+fail:
+  json_decref(root);
+  tpu_model_config_free(cfg);
+  return rc;
+}
+
+tpu_status_t tpu_model_config_load(const char *path, tpu_model_config_t **out, char *err,
+                                   size_t errlen) {
+  ctx_t c = {path ? path : "(null)", err, errlen};
+  if (err && errlen) err[0] = '\0';
+  if (!path || !out) return fail(&c, TPU_EINVAL, "invalid argument");
+  *out = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fail(&c, TPU_EINVAL, "cannot open: %s", strerror(errno));
+  struct stat sb;
+  tpu_status_t rc;
+  char *buf = NULL;
+  if (fstat(fd, &sb) != 0) {
+    rc = fail(&c, TPU_EINVAL, "cannot stat: %s", strerror(errno));
+    goto done;
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    rc = fail(&c, TPU_EINVAL, "not a regular file");
+    goto done;
+  }
+  if (sb.st_size > (off_t)TPU_MODEL_CONFIG_MAX_BYTES) {
+    rc = fail(&c, TPU_EINVAL, "file is %lld bytes, more than the limit of %u",
+              (long long)sb.st_size, TPU_MODEL_CONFIG_MAX_BYTES);
+    goto done;
+  }
+  /* One byte more than the size, so a file that grows while we read it is caught. */
+  size_t cap = (size_t)sb.st_size + 1, len = 0;
+  if (!(buf = malloc(cap))) {
+    rc = fail(&c, TPU_ENOMEM, "out of memory");
+    goto done;
+  }
+  for (;;) {
+    ssize_t n = read(fd, buf + len, cap - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      rc = fail(&c, TPU_EINVAL, "cannot read: %s", strerror(errno));
+      goto done;
+    }
+    if (n == 0) break;
+    len += (size_t)n;
+    if (len == cap) {
+      rc = fail(&c, TPU_EINVAL, "file changed while it was being read");
+      goto done;
+    }
+  }
+  rc = tpu_model_config_parse(buf, len, path, out, err, errlen);
+done:
+  free(buf);
+  close(fd);
+  return rc;
+}

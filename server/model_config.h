@@ -1,0 +1,103 @@
+/*
+ * model_config.h - model.json, the description of one model version (PRODUCT.md, "Model
+ * repository").
+ *
+ * DESIGN
+ * Parses and validates model.json into a plain, immutable struct; knows nothing about the
+ * checkpoint (shapes are checked against the weights by model.c) and does no I/O beyond reading
+ * the one file. Every error names the file, the field (as a JSON path: "batching.buckets[2]")
+ * and what was expected, e.g.
+ *   "model.json: batching.buckets[2]: expected a positive integer ≤ max_batch_size (64), got 0".
+ *
+ * Decisions (documented in PRODUCT.md's terms):
+ *   - Unknown fields, at the top level and inside every object, are errors: a typo such as
+ *     "precison" in a production config must not silently fall back to a default.
+ *   - inputs and outputs hold exactly one tensor each today: datatype "FP32", shape [-1, K] with
+ *     -1 the batch dimension and 1 ≤ K ≤ TPU_MODEL_MAX_WIDTH.
+ *   - Defaults when a field is omitted:
+ *       layers[i].op          "dense" (the only op)
+ *       layers[i].bias        none (null also means none)
+ *       layers[i].activation  "none"
+ *       precision             "fp32"
+ *       batching              the whole object may be omitted
+ *       batching.max_batch_size  the last bucket when buckets are given, else 64
+ *       batching.buckets      powers of two below max_batch_size, then max_batch_size
+ *                             ([1, 2, 4, ..., 64] by default)
+ *       batching.max_queue_delay_us  500
+ *       checkpoint.file       "model.safetensors"
+ *     checkpoint.sha256 is required: no version loads without a digest to check.
+ *   - buckets are strictly increasing positive integers and the last one must equal
+ *     max_batch_size (an error, not silently appended: a config whose largest bucket is not its
+ *     largest batch is almost always a mistake, and the fix is one edit the message names).
+ *   - checkpoint.file is a plain file name inside the version directory: no '/', no '\', no
+ *     "..", no control characters.
+ *   - Depth: the file is at most TPU_MODEL_CONFIG_MAX_BYTES and nests at most
+ *     TPU_MODEL_CONFIG_MAX_DEPTH arrays/objects deep (checked before jansson sees it).
+ */
+#ifndef TPU_MODEL_CONFIG_H
+#define TPU_MODEL_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tpu_engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TPU_MODEL_CONFIG_MAX_BYTES (1u << 20) /* bytes of model.json */
+#define TPU_MODEL_CONFIG_MAX_DEPTH 8          /* nesting of arrays and objects */
+#define TPU_MODEL_MAX_LAYERS 256              /* dense layers in one model */
+#define TPU_MODEL_MAX_WIDTH (1u << 20)        /* K or N of any layer, in elements */
+#define TPU_MODEL_MAX_BATCH 4096              /* max_batch_size */
+#define TPU_MODEL_MAX_BUCKETS 32              /* entries of batching.buckets */
+#define TPU_MODEL_MAX_QUEUE_DELAY_US 10000000u /* 10 s */
+#define TPU_MODEL_MAX_NAME 128                /* bytes of a tensor or file name, NUL excluded */
+
+/* One dense layer: y = act(x·Wᵀ + b), W [out, in] as PyTorch's nn.Linear. */
+typedef struct {
+  char *weight; /* checkpoint tensor name of W */
+  char *bias;   /* checkpoint tensor name of b, or NULL for no bias */
+  tpu_act_t act;
+} tpu_model_layer_config_t;
+
+typedef struct {
+  char *input_name;    /* inputs[0].name */
+  size_t input_width;  /* K of inputs[0].shape [-1, K] */
+  char *output_name;   /* outputs[0].name */
+  size_t output_width; /* N of outputs[0].shape [-1, N] */
+  tpu_model_layer_config_t *layers;
+  size_t nlayers;      /* ≥ 1 */
+  tpu_dtype_t precision; /* FP32, BF16 or INT8 */
+  size_t max_batch_size;
+  size_t buckets[TPU_MODEL_MAX_BUCKETS]; /* strictly increasing, last == max_batch_size */
+  size_t nbuckets;
+  uint32_t max_queue_delay_us; /* microseconds a partial batch may wait for more requests */
+  char *checkpoint_file; /* plain file name inside the version directory */
+  char sha256[65];       /* checkpoint.sha256, normalized to lower case */
+} tpu_model_config_t;
+
+/* Reads and validates the model.json at `path` (also the prefix of error messages). On success
+ * *out is a new config to free with tpu_model_config_free; on failure *out is NULL, err (errlen
+ * bytes; may be NULL) says what is wrong and the status is TPU_EINVAL (bad or unreadable file) or
+ * TPU_ENOMEM. */
+tpu_status_t tpu_model_config_load(const char *path, tpu_model_config_t **out, char *err,
+                                   size_t errlen);
+
+/* As tpu_model_config_load, from `len` bytes of JSON text; `name` prefixes messages (NULL:
+ * "model.json"). */
+tpu_status_t tpu_model_config_parse(const char *json, size_t len, const char *name,
+                                    tpu_model_config_t **out, char *err, size_t errlen);
+
+/* Frees a config; accepts NULL. */
+void tpu_model_config_free(tpu_model_config_t *cfg);
+
+/* "fp32", "bf16", "int8" for FP32, BF16 and INT8; NULL otherwise. */
+const char *tpu_model_precision_name(tpu_dtype_t precision);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPU_MODEL_CONFIG_H */
