@@ -2,10 +2,16 @@
  * engine.c - engine objects: configuration, kernel-set choice, thread pool and statistics.
  *
  * DESIGN
- * An engine is immutable after creation except for its statistics, which are C11 atomics
- * updated with relaxed adds (each counter is monotonic on its own; a snapshot taken while plans
- * run may mix counts from before and after one call). It owns the thread pool; weights and plans
- * only point at it, so it must outlive them.
+ * An engine is immutable after creation except for its statistics. They live in the plans:
+ * each plan counts its own runs (a plain relaxed store by the one thread running it, no locked
+ * add on the hot path), and a run adds fixed amounts, so calls/macs/cycles/slots are runs times
+ * the plan's per-run costs. The engine keeps the list of live plans and the totals of freed
+ * ones. Each counter is monotonic on its own; a snapshot taken while plans run may mix counts
+ * from before and after one call. It owns the thread pool; weights and plans only point at it,
+ * so it must outlive them.
+ *
+ * Lock rule: stats_lock guards the list of live plans and the retired totals; it is taken by
+ * plan creation and free and by tpu_engine_stats, never by tpu_plan_run.
  */
 #include <stdlib.h>
 
@@ -37,10 +43,11 @@ tpu_status_t tpu__engine_create_isa(const tpu_engine_config_t *cfg, const char *
     st = tpu__pool_create(c.threads, &e->pool);
     if (st != TPU_OK) goto fail;
   }
-  atomic_init(&e->calls, 0);
-  atomic_init(&e->macs, 0);
-  atomic_init(&e->sim_cycles, 0);
-  atomic_init(&e->sim_macs_slots, 0);
+  if (pthread_mutex_init(&e->stats_lock, NULL) != 0) {
+    tpu__pool_free(e->pool);
+    st = TPU_ENOMEM;
+    goto fail;
+  }
   *out = e;
   return TPU_OK;
 
@@ -56,24 +63,52 @@ tpu_status_t tpu_engine_create(const tpu_engine_config_t *cfg, tpu_engine_t **ou
 void tpu_engine_free(tpu_engine_t *engine) {
   if (!engine) return;
   tpu__pool_free(engine->pool);
+  pthread_mutex_destroy(&engine->stats_lock);
   free(engine);
 }
 
-void tpu__engine_account(tpu_engine_t *e, uint64_t macs, uint64_t cycles, uint64_t slots) {
-  atomic_fetch_add_explicit(&e->calls, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&e->macs, macs, memory_order_relaxed);
-  atomic_fetch_add_explicit(&e->sim_cycles, cycles, memory_order_relaxed);
-  atomic_fetch_add_explicit(&e->sim_macs_slots, slots, memory_order_relaxed);
+void tpu__engine_plan_attach(tpu_engine_t *e, tpu__plan_stats_t *ps) {
+  atomic_init(&ps->runs, 0);
+  pthread_mutex_lock(&e->stats_lock);
+  ps->prev = NULL;
+  ps->next = e->plans;
+  if (e->plans) e->plans->prev = ps;
+  e->plans = ps;
+  pthread_mutex_unlock(&e->stats_lock);
+}
+
+void tpu__engine_plan_detach(tpu_engine_t *e, tpu__plan_stats_t *ps) {
+  uint64_t runs = atomic_load_explicit(&ps->runs, memory_order_relaxed);
+  pthread_mutex_lock(&e->stats_lock);
+  if (ps->prev) ps->prev->next = ps->next;
+  else e->plans = ps->next;
+  if (ps->next) ps->next->prev = ps->prev;
+  /* Modulo 2^64, as the sums of per-call adds they replace. */
+  e->calls += runs;
+  e->macs += runs * ps->macs;
+  e->sim_cycles += runs * ps->cycles;
+  e->sim_macs_slots += runs * ps->slots;
+  pthread_mutex_unlock(&e->stats_lock);
 }
 
 tpu_status_t tpu_engine_stats(const tpu_engine_t *engine, tpu_engine_stats_t *out) {
   if (!engine || !out) return TPU_EINVAL;
-  /* The counters are atomics inside a const object: loading them does not modify it. */
+  /* The lock and the plans' counters live inside a const object: reading them does not
+   * modify it. */
   tpu_engine_t *e = (tpu_engine_t *)engine;
-  out->calls = atomic_load_explicit(&e->calls, memory_order_relaxed);
-  out->macs = atomic_load_explicit(&e->macs, memory_order_relaxed);
-  out->sim_cycles = atomic_load_explicit(&e->sim_cycles, memory_order_relaxed);
-  out->sim_macs_slots = atomic_load_explicit(&e->sim_macs_slots, memory_order_relaxed);
+  pthread_mutex_lock(&e->stats_lock);
+  out->calls = e->calls;
+  out->macs = e->macs;
+  out->sim_cycles = e->sim_cycles;
+  out->sim_macs_slots = e->sim_macs_slots;
+  for (const tpu__plan_stats_t *ps = e->plans; ps; ps = ps->next) {
+    uint64_t runs = atomic_load_explicit(&ps->runs, memory_order_relaxed);
+    out->calls += runs;
+    out->macs += runs * ps->macs;
+    out->sim_cycles += runs * ps->cycles;
+    out->sim_macs_slots += runs * ps->slots;
+  }
+  pthread_mutex_unlock(&e->stats_lock);
   out->threads = e->threads;
   out->systolic_rows = e->rows;
   out->systolic_cols = e->cols;

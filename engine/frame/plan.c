@@ -31,7 +31,8 @@ struct tpu_plan {
   size_t ws_stride;
   unsigned nparts;  /* 1: run on the calling thread; else the pool's thread count */
   int split_rows;   /* parallel split over rows (else over columns) */
-  uint64_t macs, cycles, slots; /* added to the statistics by every run */
+  tpu__plan_stats_t stats;  /* runs, and what each adds to the engine's statistics */
+  int attached;             /* stats linked into the engine (the plan was created whole) */
   tpu__gemm_args_t args;        /* a, a_scales and c are filled in per run */
 };
 
@@ -117,9 +118,9 @@ tpu_status_t tpu_plan_create(tpu_engine_t *engine, const tpu_weights_t *w, size_
   p->out_dtype = ep->out_dtype;
   p->act = ep->act;
   p->out_scale = ep->out_scale;
-  p->macs = macs;
-  p->cycles = cycles;
-  p->slots = slots;
+  p->stats.macs = macs;
+  p->stats.cycles = cycles;
+  p->stats.slots = slots;
   p->nparts = engine->pool && macs >= TPU__PAR_MIN_MACS ? tpu__pool_threads(engine->pool) : 1;
   size_t mr = p->kern->mr ? p->kern->mr : 1;
   p->split_rows = (m + mr - 1) / mr >= p->nparts;
@@ -165,6 +166,8 @@ tpu_status_t tpu_plan_create(tpu_engine_t *engine, const tpu_weights_t *w, size_
       .out_scale = ep->out_scale,
       .ldc = n,
   };
+  tpu__engine_plan_attach(engine, &p->stats);
+  p->attached = 1;
   *out = p;
   return TPU_OK;
 
@@ -175,6 +178,7 @@ fail:
 
 void tpu_plan_free(tpu_plan_t *plan) {
   if (!plan) return;
+  if (plan->attached) tpu__engine_plan_detach(plan->engine, &plan->stats);
   free(plan->bias);
   free(plan->a_conv);
   free(plan->a_scales);
@@ -232,7 +236,10 @@ tpu_status_t tpu_plan_run(tpu_plan_t *p, const void *a, const float *a_scales, v
   }
   p->args.c = p->y ? (void *)p->y : c;
 
-  if (p->nparts == 1 || !tpu__pool_run(p->engine->pool, run_part, p)) run_part(p, 0, 1);
+  if (p->nparts == 1) /* small plans: the whole of C on this thread, no split to compute */
+    p->kern->gemm(&p->args, 0, m, 0, n, p->ws);
+  else if (!tpu__pool_run(p->engine->pool, run_part, p))
+    run_part(p, 0, 1);
 
   if (p->act == TPU_ACT_SOFTMAX) {
     float *y = p->args.c;
@@ -244,6 +251,6 @@ tpu_status_t tpu_plan_run(tpu_plan_t *p, const void *a, const float *a_scales, v
       for (size_t i = 0; i < m * n; i++) q[i] = tpu__requantize(y[i], p->out_scale);
     }
   }
-  tpu__engine_account(p->engine, p->macs, p->cycles, p->slots);
+  tpu__plan_stats_count(&p->stats);
   return TPU_OK;
 }

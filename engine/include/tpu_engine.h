@@ -113,7 +113,8 @@ tpu_status_t tpu_engine_create(const tpu_engine_config_t *cfg, tpu_engine_t **ou
 /* Frees an engine; accepts NULL. Weights and plans made from it must be freed first. */
 void tpu_engine_free(tpu_engine_t *engine);
 
-/* Cumulative statistics since creation (monotonic, updated atomically by every plan run). */
+/* Cumulative statistics since creation. Each counter is monotonic; every plan run adds to them
+ * (without a lock: a snapshot may be one call behind on a plan running meanwhile). */
 typedef struct {
   uint64_t calls;          /* plan runs */
   uint64_t macs;           /* multiply-accumulates of the useful (unpadded) work, M·K·N per call */

@@ -166,6 +166,79 @@ static void kc_check_float(const tpu__kernel_set_t *ks, tpu_dtype_t dt, size_t m
   free(pr), free(pk), free(pa);
 }
 
+/* Runs `kern` block by block the way the frame may split a run: rows at every multiple of
+ * 2·mr and columns at every multiple of nr (for avx512's 48-wide panels that cuts inside its
+ * 32-wide tail panels at n = 64, 97, 256). */
+static void kc_run_blocks(const tpu__dtype_kernels_t *kern, tpu__gemm_args_t g,
+                          const void *packed) {
+  size_t wsz = kern->ws_size ? kern->ws_size(g.k) : 0, mr = kern->mr * 2, nr = kern->nr;
+  void *ws = wsz ? kc_alloc(wsz) : NULL;
+  g.w = packed;
+  for (size_t i = 0; i < g.m; i += mr)
+    for (size_t j = 0; j < g.n; j += nr)
+      kern->gemm(&g, i, g.m - i < mr ? g.m : i + mr, j, g.n - j < nr ? g.n : j + nr, ws);
+  free(ws);
+}
+
+/* Split runs give the same C as whole ones: INT8 against the reference (exact), FP32 and BF16
+ * against the same set's whole run (the same row blocks, so the same sums). */
+static void kc_check_blocks(const tpu__kernel_set_t *ks, size_t m, size_t k, size_t n) {
+  char what[80];
+  {
+    const tpu__dtype_kernels_t *ref = &tpu__kernels_ref.dt[TPU_DTYPE_INT8];
+    const tpu__dtype_kernels_t *kern = &ks->dt[TPU_DTYPE_INT8];
+    int8_t *a = kc_alloc(m * k), *w = kc_alloc(k * n);
+    int32_t *c1 = kc_alloc(m * n * 4), *c2 = kc_alloc(m * n * 4);
+    float *as = kc_alloc(m * 4), *wsc = kc_alloc(n * 4), *bias = kc_alloc(n * 4);
+    for (size_t i = 0; i < m * k; i++) a[i] = (int8_t)tpu_test_rand_range(-128, 127);
+    for (size_t i = 0; i < k * n; i++) w[i] = (int8_t)tpu_test_rand_range(-128, 127);
+    for (size_t i = 0; i < m; i++) as[i] = tpu_test_rand_float(0.001f, 0.05f);
+    for (size_t j = 0; j < n; j++) {
+      wsc[j] = tpu_test_rand_float(0.001f, 0.05f);
+      bias[j] = tpu_test_rand_float(-2.0f, 2.0f);
+    }
+    void *pr = kc_pack(ref, k, n, w, 1, 0), *pk = kc_pack(kern, k, n, w, 1, 0);
+    tpu__gemm_args_t g = {.m = m, .k = k, .n = n, .a = a, .act = TPU_ACT_NONE,
+                          .out_dtype = TPU_DTYPE_INT32, .ldc = n};
+    g.c = c1, kc_run(ref, g, pr);
+    g.c = c2, kc_run_blocks(kern, g, pk);
+    snprintf(what, sizeof what, "%s INT8->INT32 in blocks", ks->name);
+    TPU_ASSERT_SEED(kc_cmp_exact(what, c1, c2, m * n, 4, m, k, n) == 0);
+    g.a_scales = as, g.w_scales = wsc, g.bias = bias, g.act = TPU_ACT_RELU;
+    g.out_dtype = TPU_DTYPE_FP32;
+    g.c = c1, kc_run(ref, g, pr);
+    g.c = c2, kc_run_blocks(kern, g, pk);
+    snprintf(what, sizeof what, "%s INT8->FP32 relu in blocks", ks->name);
+    TPU_ASSERT_SEED(kc_cmp_exact(what, c1, c2, m * n, 4, m, k, n) == 0);
+    free(a), free(w), free(c1), free(c2), free(as), free(wsc), free(bias), free(pr), free(pk);
+  }
+  for (int d = 0; d < 2; d++) {
+    tpu_dtype_t dt = d ? TPU_DTYPE_BF16 : TPU_DTYPE_FP32;
+    const tpu__dtype_kernels_t *kern = &ks->dt[dt];
+    size_t es = d ? 2 : 4;
+    char *a = kc_alloc(m * k * es), *w = kc_alloc(k * n * es);
+    float *c1 = kc_alloc(m * n * 4), *c2 = kc_alloc(m * n * 4);
+    for (size_t i = 0; i < m * k + k * n; i++) {
+      float x = tpu_test_rand_float(-1.0f, 1.0f);
+      char *dst = i < m * k ? a + i * es : w + (i - m * k) * es;
+      if (d) {
+        uint16_t h = tpu__bf16_rne(x);
+        memcpy(dst, &h, 2);
+      } else {
+        memcpy(dst, &x, 4);
+      }
+    }
+    void *pk = kc_pack(kern, k, n, w, es, 0);
+    tpu__gemm_args_t g = {.m = m, .k = k, .n = n, .a = a, .act = TPU_ACT_NONE,
+                          .out_dtype = TPU_DTYPE_FP32, .ldc = n};
+    g.c = c1, kc_run(kern, g, pk);
+    g.c = c2, kc_run_blocks(kern, g, pk);
+    snprintf(what, sizeof what, "%s %s in blocks", ks->name, tpu_dtype_name(dt));
+    TPU_ASSERT_SEED(kc_cmp_exact(what, c1, c2, m * n, 4, m, k, n) == 0);
+    free(a), free(w), free(c1), free(c2), free(pk);
+  }
+}
+
 /* Runs every check on `isa`; returns 0 and prints a line when the set is not available here. */
 static int kc_check_set(const char *isa, int rounds) {
   const tpu__kernel_set_t *ks = NULL;
@@ -185,6 +258,10 @@ static int kc_check_set(const char *isa, int rounds) {
     kc_check_float(ks, TPU_DTYPE_FP32, o, 65, d, e & 1, 0);
     kc_check_float(ks, TPU_DTYPE_BF16, d, o, 49, !(e & 1), e & 2);
   }
+  kc_check_blocks(ks, 37, 300, 256);
+  kc_check_blocks(ks, 9, 33, 64);
+  kc_check_blocks(ks, 1, 257, 97);
+  kc_check_blocks(ks, 20, 64, 1024);
   kc_check_float(ks, TPU_DTYPE_FP32, 700, 700, 700, 1, 0);
   kc_check_float(ks, TPU_DTYPE_BF16, 700, 700, 700, 0, 1);
   for (int r = 0; r < rounds; r++) {

@@ -2,6 +2,7 @@
  * test_engine.c - engine objects (engine/frame/engine.c): configuration defaults and limits,
  * the TPUD_ISA override, statistics snapshots, and NULL handling.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,7 +98,61 @@ static void test_utilization(void) {
   CU_ASSERT_EQUAL(tpu_engine_stats_utilization(&st), 0.0);
 }
 
+/* Statistics live in the plans (engine.c): runs of live plans and of freed ones both count, a
+ * freed plan's runs are neither lost nor counted twice, and plans on two threads at once add up
+ * (each thread runs its own plan). */
+typedef struct {
+  tpu_plan_t *plan;
+  const float *a;
+  float *c;
+  int runs, failed;
+} stats_job_t;
+
+static void *stats_runner(void *arg) {
+  stats_job_t *j = arg;
+  for (int i = 0; i < j->runs; i++) j->failed |= tpu_plan_run(j->plan, j->a, NULL, j->c) != TPU_OK;
+  return NULL;
+}
+
+static void test_stats_plans(void) {
+  tpu_engine_t *e = NULL;
+  tpu_weights_t *w = NULL;
+  tpu_plan_t *p1 = NULL, *p2 = NULL;
+  tpu_engine_stats_t st;
+  float wt[4 * 3] = {0}, a[5 * 4] = {0}, c1[5 * 3], c2[5 * 3];
+  tpu_weights_desc_t d = {.compute = TPU_DTYPE_FP32, .k = 4, .n = 3, .layout = TPU_LAYOUT_NK,
+                          .src_dtype = TPU_DTYPE_FP32, .src = wt};
+  CU_ASSERT_FATAL(tpu_engine_create(NULL, &e) == TPU_OK);
+  CU_ASSERT_FATAL(tpu_weights_pack(e, &d, &w) == TPU_OK);
+  CU_ASSERT_FATAL(tpu_plan_create(e, w, 2, TPU_DTYPE_FP32, NULL, &p1) == TPU_OK);
+  CU_ASSERT_FATAL(tpu_plan_create(e, w, 5, TPU_DTYPE_FP32, NULL, &p2) == TPU_OK);
+  stats_job_t j1 = {p1, a, c1, 1000, 0}, j2 = {p2, a, c2, 700, 0};
+  pthread_t t;
+  CU_ASSERT_FATAL(pthread_create(&t, NULL, stats_runner, &j1) == 0);
+  stats_runner(&j2);
+  pthread_join(t, NULL);
+  CU_ASSERT(!j1.failed && !j2.failed);
+  const uint64_t calls = 1700, macs = 1000 * 2 * 4 * 3 + 700 * 5 * 4 * 3;
+  CU_ASSERT(tpu_engine_stats(e, &st) == TPU_OK);
+  CU_ASSERT(st.calls == calls && st.macs == macs);
+  uint64_t cycles = st.sim_cycles, slots = st.sim_macs_slots;
+  CU_ASSERT(cycles == 1000 * tpu_systolic_cycles(128, 128, 2, 4, 3) +
+                          700 * tpu_systolic_cycles(128, 128, 5, 4, 3));
+  CU_ASSERT(slots == cycles * 128 * 128);
+  tpu_plan_free(p1); /* its runs stay counted, once */
+  CU_ASSERT(tpu_engine_stats(e, &st) == TPU_OK);
+  CU_ASSERT(st.calls == calls && st.macs == macs && st.sim_cycles == cycles &&
+            st.sim_macs_slots == slots);
+  CU_ASSERT(tpu_plan_run(p2, a, NULL, c2) == TPU_OK);
+  tpu_plan_free(p2);
+  CU_ASSERT(tpu_engine_stats(e, &st) == TPU_OK);
+  CU_ASSERT(st.calls == calls + 1 && st.macs == macs + 5 * 4 * 3);
+  tpu_weights_free(w);
+  tpu_engine_free(e);
+}
+
 TPU_TEST_SUITE(engine,
+               {"stats_plans", test_stats_plans},
                {"defaults", test_defaults},
                {"config_errors", test_config_errors},
                {"isa_env", test_isa_env},

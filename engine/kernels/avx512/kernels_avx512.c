@@ -10,14 +10,23 @@
  * in 24 zmm accumulators (3 vectors of 16 channels per row); edge blocks use the same code with
  * fewer rows / vectors (compile-time specializations) and masked stores, never a scalar path.
  *
- * Packed layouts (panel P holds channels 48P..48P+47; channels >= n are zero):
- *   FP32  panel = k steps of 48 floats: [p][c] = w[48P + c][p]. 192·k bytes.
- *   BF16  panel = ceil(k/2) pair steps of 48 dwords: dword c of step q holds bf16
- *         (w[48P+c][2q], w[48P+c][2q+1]) (low half first; 0 past k), the pair VDPBF16PS
+ * Packed layouts. Panels of W = 48 channels from channel 0, except that when n leaves 1..16
+ * channels after a whole panel, the last 48 + r channels form two panels of W = 32 (tail_col:
+ * no 16-wide panel, whose blocks ran at ~70% of the rate; N = 256, 1024, 4096 end this way).
+ * A panel starting at channel S holds channels S..S+W-1 (>= n are zero) and starts at slot
+ * S·steps (4-byte slots):
+ *   FP32  k steps of W floats: [p][c] = w[S + c][p].
+ *   BF16  ceil(k/2) pair steps of W dwords: dword c of step q holds bf16
+ *         (w[S+c][2q], w[S+c][2q+1]) (low half first; 0 past k), the pair VDPBF16PS
  *         multiplies with a broadcast pair of A.
- *   INT8  panel = ceil(k/4) quad steps of 48 dwords: dword c of step q holds the 4 bytes
- *         w[48P+c][4q..4q+3] (0 past k), VPDPBUSD's layout; after all panels, npanels·48 int32
- *         column sums times 128 (see below).
+ *   INT8  ceil(k/4) quad steps of W dwords: dword c of step q holds the 4 bytes
+ *         w[S+c][4q..4q+3] (0 past k), VPDPBUSD's layout; after all panels, one int32 column
+ *         sum times 128 per packed channel (see below).
+ * A block may start inside a panel at a multiple of 16 channels (the frame splits at multiples
+ * of 48, which can fall inside a 32-wide tail panel); the kernel then reads from that offset.
+ * Blocks of 1 or 2 rows keep 4 or 2 partial sums per accumulator (KU) so that the dependent
+ * VPDPBUSD/FMA chains do not limit them; the common epilogues (INT32 out; FP32 out with bias and
+ * none/relu) are written inline from the registers, the rest out of line.
  *
  * INT8: VPDPBUSD multiplies unsigned by signed bytes. A is signed, so the kernel feeds A + 128
  * (a XOR 0x80, exact for every int8 including -128) and subtracts 128·Σ_p w[j][p], computed at
@@ -45,26 +54,71 @@
 #define MR 8
 #define NR 48
 #define NV 3                        /* zmm vectors per row of the register block */
+#define TW 32                       /* width of the two tail panels (see tail_col) */
+#define KU_MAX 4                    /* interleaved partial sums of the 1- and 2-row kernels */
 #define CHUNK_BYTES ((size_t)512 << 10) /* packed weights per column chunk */
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
 static size_t npanels(size_t n) { return (n + NR - 1) / NR; }
 
-/* bytes = npanels(n) * steps * step_bytes (+ extra), 0 on overflow. */
-static size_t panel_bytes(size_t n, size_t steps, size_t step_bytes, size_t extra) {
+/* First column of the 32-wide tail panels, or SIZE_MAX when there are none. When n leaves 1..16
+ * columns after at least one whole 48-wide panel, the last 48 + r columns are packed as two
+ * panels of 32 instead of a full one and a 16-wide one: a 16-wide block issues 8 products per 9
+ * loads and ran at ~70% of the 48-wide rate, a 32-wide one 16 per 10 (N = 256, 1024, 4096 all
+ * end this way). */
+static ALWAYS_INLINE size_t tail_col(size_t n) {
+  size_t r = n % NR;
+  return n > NR && r && r <= 16 ? n - r - NR : SIZE_MAX;
+}
+
+/* Columns of packed storage: n rounded up to whole panels (a multiple of 16). */
+static size_t packed_cols(size_t n) {
+  size_t t = tail_col(n);
+  return t != SIZE_MAX ? t + 2 * TW : npanels(n) * NR;
+}
+
+/* The panel holding column j: its first column and its width (NR, or TW in the tail). */
+static ALWAYS_INLINE void panel_of(size_t n, size_t j, size_t *start, size_t *width) {
+  size_t t = tail_col(n);
+  if (j < t) {
+    *start = j / NR * NR;
+    *width = NR;
+  } else {
+    *start = t + (j - t) / TW * TW;
+    *width = TW;
+  }
+}
+
+/* Index, in 4-byte slots, of column c at step s of a layout with `steps` steps per panel: a
+ * panel is `steps` rows of `width` slots and starts at slot start·steps (all panels before it
+ * are whole). */
+static size_t slot_of(size_t n, size_t steps, size_t c, size_t s) {
+  size_t start, width;
+  panel_of(n, c, &start, &width);
+  return start * steps + s * width + (c - start);
+}
+
+/* bytes = packed_cols(n) * steps * 4 (+ extra), 0 on overflow. */
+static size_t panel_bytes(size_t n, size_t steps, size_t extra) {
   size_t b;
-  if (__builtin_mul_overflow(npanels(n), steps, &b) || __builtin_mul_overflow(b, step_bytes, &b) ||
+  if (__builtin_mul_overflow(packed_cols(n), steps, &b) || __builtin_mul_overflow(b, 4, &b) ||
       __builtin_add_overflow(b, extra, &b))
     return 0;
   return b;
 }
 
-/* Columns per chunk: whole panels, at least one, about CHUNK_BYTES of packed weights. */
-static size_t chunk_cols(size_t panel_size) {
-  size_t panels = panel_size ? CHUNK_BYTES / panel_size : 1;
+/* Columns per chunk: whole 48-wide panels, at least one, about CHUNK_BYTES of packed weights. */
+static size_t chunk_cols(size_t bytes_per_col) {
+  size_t panels = bytes_per_col ? CHUNK_BYTES / (bytes_per_col * NR) : 1;
   return (panels ? panels : 1) * NR;
 }
+
+/* Partial sums per accumulator of an mr-row block. A 1-row block has only nv ≤ 3 dependent
+ * chains of VPDPBUSD/VFMADD (latency ~4 cycles at 2 per cycle), so it would wait on them instead
+ * of on the weight loads; 1- and 2-row blocks keep KU_MAX / mr interleaved sums over k and add
+ * them at the end (exact for INT8; a reordering the contract allows for FP32/BF16). */
+#define KU(mr) ((mr) == 1 ? 4 : (mr) == 2 ? 2 : 1)
 
 /* Expands one micro-kernel call for the runtime (mr, nv) into a compile-time specialization. */
 #define TPU__DISPATCH(fn, mr, nv, ...)                                                       \
@@ -96,8 +150,10 @@ static size_t chunk_cols(size_t panel_size) {
   default: break; /* unreachable: 1 <= mr <= MR, 1 <= nv <= NV */                            \
   }
 
-/* The write-out of one register block, kept out of line so that the micro-kernels' loops hold
- * their accumulators in registers (inlining the epilogue made GCC spill them to the stack). */
+/* The general write-out of one register block (every activation and output dtype), kept out
+ * of line: the scalar activations call tpu__act_fp32, and a call inside the micro-kernel would
+ * make GCC spill the accumulators around the loop. The common epilogues (INT32 out; FP32 out
+ * with bias and none/relu) are written inline by store_f32 / store_i8 below instead. */
 static __attribute__((noinline)) void write_f32(const tpu__gemm_args_t *g, size_t i0, size_t j0,
                                                 size_t jn, size_t mr, size_t nv,
                                                 const __m512 out[MR][NV]) {
@@ -118,44 +174,37 @@ static __attribute__((noinline)) void write_i32(const tpu__gemm_args_t *g, size_
   }
 }
 
-/* ================================ FP32 ================================ */
-
-static size_t tpu_packed_size_f32_avx512(size_t k, size_t n) {
-  return panel_bytes(n, k, NR * sizeof(float), 0);
-}
-
-static void tpu_pack_f32_avx512(size_t k, size_t n, const void *src, size_t sn, size_t sk,
-                                void *dst) {
-  const float *s = src;
-  float *d = dst;
-  for (size_t pn = 0; pn < npanels(n); pn++)
-    for (size_t p = 0; p < k; p++, d += NR)
-      for (size_t c = 0; c < NR; c++) {
-        size_t j = pn * NR + c;
-        d[c] = j < n ? s[j * sn + p * sk] : 0.0f;
-      }
-}
-
-/* C[i0..i0+mr)[j0..j0+jn) from A rows i0.. and one packed panel; nv = ceil(jn / 16). */
-static ALWAYS_INLINE void ukr_f32(const int mr, const int nv, const tpu__gemm_args_t *g,
-                                  size_t i0, size_t j0, size_t jn, const float *wp) {
-  size_t k = g->k;
-  const float *a = (const float *)g->a + i0 * k;
-  __m512 acc[MR][NV];
-#pragma GCC unroll 8
-  for (int r = 0; r < mr; r++)
+/* FP32 y = acc (+ bias) then none/relu, stored as FP32: the contract's epilogue with the same
+ * elementary operations as tpu__ep_store16_avx512, inline, so the accumulators never leave
+ * their registers. */
+static ALWAYS_INLINE void store_fast_f32(const int mr, const int nv, const tpu__gemm_args_t *g,
+                                         size_t i0, size_t j0, size_t jn, __m512 y[MR][NV]) {
+  const int relu = g->act == TPU_ACT_RELU;
+  const __m512 zero = _mm512_setzero_ps();
 #pragma GCC unroll 3
-    for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
-  for (size_t p = 0; p < k; p++, wp += NR) {
-    __m512 b[NV];
-#pragma GCC unroll 3
-    for (int v = 0; v < nv; v++) b[v] = _mm512_load_ps(wp + 16 * v);
+  for (int v = 0; v < nv; v++) {
+    __mmask16 mk = tpu__mask16(jn - 16 * v);
+    float *c = (float *)g->c + i0 * g->ldc + j0 + 16 * v;
+    __m512 b = g->bias ? _mm512_maskz_loadu_ps(mk, g->bias + j0 + 16 * v) : zero;
 #pragma GCC unroll 8
     for (int r = 0; r < mr; r++) {
-      __m512 av = _mm512_set1_ps(a[r * k + p]);
-#pragma GCC unroll 3
-      for (int v = 0; v < nv; v++) acc[r][v] = _mm512_fmadd_ps(av, b[v], acc[r][v]);
+      __m512 x = y[r][v];
+      if (g->bias) x = _mm512_add_ps(x, b); /* no bias: no add (-0 + 0 would be +0) */
+      if (relu) x = _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), zero);
+      _mm512_mask_storeu_ps(c + r * g->ldc, mk, x);
     }
+  }
+}
+
+static ALWAYS_INLINE int fast_ep(const tpu__gemm_args_t *g) {
+  return g->out_dtype == TPU_DTYPE_FP32 && (g->act == TPU_ACT_NONE || g->act == TPU_ACT_RELU);
+}
+
+static ALWAYS_INLINE void store_f32(const int mr, const int nv, const tpu__gemm_args_t *g,
+                                    size_t i0, size_t j0, size_t jn, __m512 acc[MR][NV]) {
+  if (fast_ep(g)) {
+    store_fast_f32(mr, nv, g, i0, j0, jn, acc);
+    return;
   }
   __m512 out[MR][NV];
 #pragma GCC unroll 8
@@ -165,29 +214,141 @@ static ALWAYS_INLINE void ukr_f32(const int mr, const int nv, const tpu__gemm_ar
   write_f32(g, i0, j0, jn, mr, nv, out);
 }
 
+static ALWAYS_INLINE void store_i8(const int mr, const int nv, const tpu__gemm_args_t *g,
+                                   size_t i0, size_t j0, size_t jn, __m512i acc[MR][NV],
+                                   const int32_t *sums) {
+  if (g->out_dtype == TPU_DTYPE_INT32) {
+#pragma GCC unroll 3
+    for (int v = 0; v < nv; v++) {
+      __m512i corr = _mm512_load_si512(sums + 16 * v);
+      __mmask16 mk = tpu__mask16(jn - 16 * v);
+      int32_t *c = (int32_t *)g->c + i0 * g->ldc + j0 + 16 * v;
+#pragma GCC unroll 8
+      for (int r = 0; r < mr; r++)
+        _mm512_mask_storeu_epi32(c + r * g->ldc, mk, _mm512_sub_epi32(acc[r][v], corr));
+    }
+    return;
+  }
+  if (fast_ep(g)) {
+    /* (float)acc · a_scales[i] · w_scales[j], left to right, as tpu__ep_store16_i32_avx512. */
+    __m512 y[MR][NV];
+#pragma GCC unroll 3
+    for (int v = 0; v < nv; v++) {
+      __m512i corr = _mm512_load_si512(sums + 16 * v);
+      __m512 wsc = _mm512_maskz_loadu_ps(tpu__mask16(jn - 16 * v), g->w_scales + j0 + 16 * v);
+#pragma GCC unroll 8
+      for (int r = 0; r < mr; r++) {
+        __m512 x = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][v], corr));
+        x = _mm512_mul_ps(x, _mm512_set1_ps(g->a_scales[i0 + r]));
+        y[r][v] = _mm512_mul_ps(x, wsc);
+      }
+    }
+    store_fast_f32(mr, nv, g, i0, j0, jn, y);
+    return;
+  }
+  __m512i out[MR][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < mr; r++)
+#pragma GCC unroll 3
+    for (int v = 0; v < nv; v++) out[r][v] = acc[r][v];
+  write_i32(g, i0, j0, jn, mr, nv, out, sums);
+}
+
+/* Visits the blocks of C[m0..m1)[n0..n1): columns in chunks of about CHUNK_BYTES of weights,
+ * then MR-row blocks, then the chunk's panels (a block may start inside a panel, at a multiple
+ * of 16 columns, when the frame or a chunk boundary splits one). BODY sees i, mr, j, jn, nv and
+ * `wo`, the slot (4-byte unit) of the block's first column at step 0, and `ww`, the slots per
+ * step of its panel; ROWS(i, mr) runs before each row block's panels. */
+#define FOR_BLOCKS(g, m0, m1, n0, n1, steps, ROWS, BODY)                                     \
+  do {                                                                                       \
+    size_t nc_ = chunk_cols((steps) * 4);                                                    \
+    for (size_t jc = (n0); jc < (n1); jc += nc_) {                                           \
+      size_t jc1 = (n1) - jc < nc_ ? (n1) : jc + nc_;                                        \
+      for (size_t i = (m0); i < (m1); i += MR) {                                             \
+        size_t mr = (m1) - i < MR ? (m1) - i : MR;                                           \
+        ROWS;                                                                                \
+        for (size_t j = jc, je; j < jc1; j = je) {                                           \
+          size_t ps, ww;                                                                     \
+          panel_of((g)->n, j, &ps, &ww);                                                     \
+          je = ps + ww < jc1 ? ps + ww : jc1;                                                \
+          size_t jn = je - j, nv = (jn + 15) / 16, wo = ps * (steps) + (j - ps);             \
+          BODY;                                                                              \
+        }                                                                                    \
+      }                                                                                      \
+    }                                                                                        \
+  } while (0)
+
+/* ================================ FP32 ================================ */
+
+static size_t tpu_packed_size_f32_avx512(size_t k, size_t n) { return panel_bytes(n, k, 0); }
+
+static void tpu_pack_f32_avx512(size_t k, size_t n, const void *src, size_t sn, size_t sk,
+                                void *dst) {
+  const float *s = src;
+  float *d = dst;
+  for (size_t c = 0; c < packed_cols(n); c++)
+    for (size_t p = 0; p < k; p++) d[slot_of(n, k, c, p)] = c < n ? s[c * sn + p * sk] : 0.0f;
+}
+
+/* C[i0..i0+mr)[j0..j0+jn) from A rows i0.. and a panel's columns at wp, ww floats per k step;
+ * nv = ceil(jn / 16). */
+static ALWAYS_INLINE void ukr_f32(const int mr, const int nv, const tpu__gemm_args_t *g,
+                                  size_t i0, size_t j0, size_t jn, const float *wp, size_t ww) {
+  const int ku = KU(mr);
+  size_t k = g->k, p = 0;
+  const float *a = (const float *)g->a + i0 * k;
+  __m512 acc[KU_MAX][MR][NV];
+#pragma GCC unroll 4
+  for (int u = 0; u < ku; u++)
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 3
+      for (int v = 0; v < nv; v++) acc[u][r][v] = _mm512_setzero_ps();
+  for (; p + ku <= k; p += ku, wp += ku * ww) {
+#pragma GCC unroll 4
+    for (int u = 0; u < ku; u++) {
+      __m512 b[NV];
+#pragma GCC unroll 3
+      for (int v = 0; v < nv; v++) b[v] = _mm512_load_ps(wp + u * ww + 16 * v);
+#pragma GCC unroll 8
+      for (int r = 0; r < mr; r++) {
+        __m512 av = _mm512_set1_ps(a[r * k + p + u]);
+#pragma GCC unroll 3
+        for (int v = 0; v < nv; v++) acc[u][r][v] = _mm512_fmadd_ps(av, b[v], acc[u][r][v]);
+      }
+    }
+  }
+  for (; p < k; p++, wp += ww) /* the last k % ku steps */
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++) {
+      __m512 av = _mm512_set1_ps(a[r * k + p]);
+#pragma GCC unroll 3
+      for (int v = 0; v < nv; v++)
+        acc[0][r][v] = _mm512_fmadd_ps(av, _mm512_load_ps(wp + 16 * v), acc[0][r][v]);
+    }
+#pragma GCC unroll 4
+  for (int u = 1; u < ku; u++)
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 3
+      for (int v = 0; v < nv; v++) acc[0][r][v] = _mm512_add_ps(acc[0][r][v], acc[u][r][v]);
+  store_f32(mr, nv, g, i0, j0, jn, acc[0]);
+}
+
 #define UKR_F32(mr, nv, ...) ukr_f32(mr, nv, __VA_ARGS__)
 
 static void tpu_gemm_f32_avx512_8x48(const tpu__gemm_args_t *g, size_t m0, size_t m1, size_t n0,
                                      size_t n1, void *ws) {
   (void)ws;
-  size_t k = g->k, panel = k * NR, nc = chunk_cols(panel * sizeof(float));
   const float *w = g->w;
-  for (size_t jc = n0; jc < n1; jc += nc) {
-    size_t jc1 = n1 - jc < nc ? n1 : jc + nc;
-    for (size_t i = m0; i < m1; i += MR) {
-      size_t mr = m1 - i < MR ? m1 - i : MR;
-      for (size_t j = jc; j < jc1; j += NR) {
-        size_t jn = jc1 - j < NR ? jc1 - j : NR, nv = (jn + 15) / 16;
-        TPU__DISPATCH(UKR_F32, mr, nv, g, i, j, jn, w + j / NR * panel)
-      }
-    }
-  }
+  FOR_BLOCKS(g, m0, m1, n0, n1, g->k, (void)0,
+             TPU__DISPATCH(UKR_F32, mr, nv, g, i, j, jn, w + wo, ww));
 }
 
 /* ================================ BF16 ================================ */
 
 static size_t tpu_packed_size_bf16_avx512(size_t k, size_t n) {
-  return panel_bytes(n, (k + 1) / 2, NR * 4, 0);
+  return panel_bytes(n, (k + 1) / 2, 0);
 }
 
 static void tpu_pack_bf16_avx512(size_t k, size_t n, const void *src, size_t sn, size_t sk,
@@ -195,13 +356,12 @@ static void tpu_pack_bf16_avx512(size_t k, size_t n, const void *src, size_t sn,
   const uint16_t *s = src;
   uint16_t *d = dst;
   size_t kq = (k + 1) / 2;
-  for (size_t pn = 0; pn < npanels(n); pn++)
-    for (size_t q = 0; q < kq; q++, d += 2 * NR)
-      for (size_t c = 0; c < NR; c++)
-        for (size_t h = 0; h < 2; h++) {
-          size_t j = pn * NR + c, p = 2 * q + h;
-          d[2 * c + h] = j < n && p < k ? s[j * sn + p * sk] : 0;
-        }
+  for (size_t c = 0; c < packed_cols(n); c++)
+    for (size_t q = 0; q < kq; q++)
+      for (size_t h = 0; h < 2; h++) {
+        size_t p = 2 * q + h;
+        d[2 * slot_of(n, kq, c, q) + h] = c < n && p < k ? s[c * sn + p * sk] : 0;
+      }
 }
 
 /* Pair q of row `row` of A as a dword (low half element 2q); the odd tail pads with 0. */
@@ -214,37 +374,53 @@ static ALWAYS_INLINE uint32_t bf16_pair(const uint16_t *row, size_t q, size_t k)
   return row[2 * q];
 }
 
+/* As ukr_f32 with pair steps: wp holds ww dwords (bf16 pairs) per step. */
 static ALWAYS_INLINE void ukr_bf16(const int mr, const int nv, const tpu__gemm_args_t *g,
-                                   size_t i0, size_t j0, size_t jn, const uint16_t *wp) {
-  size_t k = g->k, kq = (k + 1) / 2, kfull = k / 2;
+                                   size_t i0, size_t j0, size_t jn, const uint16_t *wp,
+                                   size_t ww) {
+  const int ku = KU(mr);
+  size_t k = g->k, kq = (k + 1) / 2, kfull = k / 2, q = 0;
   const uint16_t *a = (const uint16_t *)g->a + i0 * k;
-  __m512 acc[MR][NV];
+  __m512 acc[KU_MAX][MR][NV];
+#pragma GCC unroll 4
+  for (int u = 0; u < ku; u++)
 #pragma GCC unroll 8
-  for (int r = 0; r < mr; r++)
+    for (int r = 0; r < mr; r++)
 #pragma GCC unroll 3
-    for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
-  for (size_t q = 0; q < kq; q++, wp += 2 * NR) {
-    __m512bh b[NV];
+      for (int v = 0; v < nv; v++) acc[u][r][v] = _mm512_setzero_ps();
+  /* Whole pairs only in the unrolled loop; an odd k's last half pair goes to the tail loop. */
+  for (; q + ku <= kfull; q += ku, wp += 2 * ku * ww) {
+#pragma GCC unroll 4
+    for (int u = 0; u < ku; u++) {
+      __m512bh b[NV];
 #pragma GCC unroll 3
-    for (int v = 0; v < nv; v++) b[v] = (__m512bh)_mm512_load_si512(wp + 32 * v);
+      for (int v = 0; v < nv; v++) b[v] = (__m512bh)_mm512_load_si512(wp + 2 * (u * ww + 16 * v));
 #pragma GCC unroll 8
-    for (int r = 0; r < mr; r++) {
-      uint32_t x;
-      if (q < kfull)
-        memcpy(&x, a + r * k + 2 * q, 4);
-      else
-        x = bf16_pair(a + r * k, q, k);
-      __m512bh av = (__m512bh)_mm512_set1_epi32((int)x);
+      for (int r = 0; r < mr; r++) {
+        uint32_t x;
+        memcpy(&x, a + r * k + 2 * (q + u), 4);
+        __m512bh av = (__m512bh)_mm512_set1_epi32((int)x);
 #pragma GCC unroll 3
-      for (int v = 0; v < nv; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, b[v]);
+        for (int v = 0; v < nv; v++) acc[u][r][v] = _mm512_dpbf16_ps(acc[u][r][v], av, b[v]);
+      }
     }
   }
-  __m512 out[MR][NV];
+  for (; q < kq; q++, wp += 2 * ww)
 #pragma GCC unroll 8
-  for (int r = 0; r < mr; r++)
+    for (int r = 0; r < mr; r++) {
+      __m512bh av = (__m512bh)_mm512_set1_epi32((int)bf16_pair(a + r * k, q, k));
 #pragma GCC unroll 3
-    for (int v = 0; v < nv; v++) out[r][v] = acc[r][v];
-  write_f32(g, i0, j0, jn, mr, nv, out);
+      for (int v = 0; v < nv; v++)
+        acc[0][r][v] = _mm512_dpbf16_ps(acc[0][r][v], av,
+                                        (__m512bh)_mm512_load_si512(wp + 32 * v));
+    }
+#pragma GCC unroll 4
+  for (int u = 1; u < ku; u++)
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 3
+      for (int v = 0; v < nv; v++) acc[0][r][v] = _mm512_add_ps(acc[0][r][v], acc[u][r][v]);
+  store_f32(mr, nv, g, i0, j0, jn, acc[0]);
 }
 
 #define UKR_BF16(mr, nv, ...) ukr_bf16(mr, nv, __VA_ARGS__)
@@ -252,48 +428,34 @@ static ALWAYS_INLINE void ukr_bf16(const int mr, const int nv, const tpu__gemm_a
 static void tpu_gemm_bf16_avx512_8x48(const tpu__gemm_args_t *g, size_t m0, size_t m1,
                                       size_t n0, size_t n1, void *ws) {
   (void)ws;
-  size_t k = g->k, panel = (k + 1) / 2 * 2 * NR, nc = chunk_cols(panel * 2);
   const uint16_t *w = g->w;
-  for (size_t jc = n0; jc < n1; jc += nc) {
-    size_t jc1 = n1 - jc < nc ? n1 : jc + nc;
-    for (size_t i = m0; i < m1; i += MR) {
-      size_t mr = m1 - i < MR ? m1 - i : MR;
-      for (size_t j = jc; j < jc1; j += NR) {
-        size_t jn = jc1 - j < NR ? jc1 - j : NR, nv = (jn + 15) / 16;
-        TPU__DISPATCH(UKR_BF16, mr, nv, g, i, j, jn, w + j / NR * panel)
-      }
-    }
-  }
+  FOR_BLOCKS(g, m0, m1, n0, n1, (g->k + 1) / 2, (void)0,
+             TPU__DISPATCH(UKR_BF16, mr, nv, g, i, j, jn, w + 2 * wo, ww));
 }
 
 /* ================================ INT8 ================================ */
 
-static size_t i8_panel_bytes(size_t k) { return (k + 3) / 4 * NR * 4; }
-
 static size_t tpu_packed_size_i8_avx512(size_t k, size_t n) {
-  size_t sums = panel_bytes(n, 1, NR * sizeof(int32_t), 0);
-  return sums ? panel_bytes(n, (k + 3) / 4, NR * 4, sums) : 0;
+  size_t sums = panel_bytes(n, 1, 0);
+  return sums ? panel_bytes(n, (k + 3) / 4, sums) : 0;
 }
 
 static void tpu_pack_i8_avx512(size_t k, size_t n, const void *src, size_t sn, size_t sk,
                                void *dst) {
   const int8_t *s = src;
   int8_t *d = dst;
-  size_t kq = (k + 3) / 4, np = npanels(n);
-  int32_t *sums = (int32_t *)((char *)dst + np * i8_panel_bytes(k));
-  for (size_t pn = 0; pn < np; pn++) {
-    for (size_t q = 0; q < kq; q++, d += 4 * NR)
-      for (size_t c = 0; c < NR; c++)
-        for (size_t h = 0; h < 4; h++) {
-          size_t j = pn * NR + c, p = 4 * q + h;
-          d[4 * c + h] = j < n && p < k ? s[j * sn + p * sk] : 0;
-        }
-    for (size_t c = 0; c < NR; c++) {
-      size_t j = pn * NR + c;
-      uint32_t sum = 0; /* modulo 2^32, like the accumulators it corrects */
-      for (size_t p = 0; j < n && p < k; p++) sum += (uint32_t)(int32_t)s[j * sn + p * sk];
-      sums[j] = (int32_t)(sum * 128u);
-    }
+  size_t kq = (k + 3) / 4, nc = packed_cols(n);
+  int32_t *sums = (int32_t *)((char *)dst + nc * kq * 4);
+  for (size_t c = 0; c < nc; c++) {
+    uint32_t sum = 0; /* modulo 2^32, like the accumulators it corrects */
+    for (size_t q = 0; q < kq; q++)
+      for (size_t h = 0; h < 4; h++) {
+        size_t p = 4 * q + h;
+        int8_t x = c < n && p < k ? s[c * sn + p * sk] : 0;
+        d[4 * slot_of(n, kq, c, q) + h] = x;
+        sum += (uint32_t)(int32_t)x;
+      }
+    sums[c] = (int32_t)(sum * 128u);
   }
 }
 
@@ -317,56 +479,67 @@ static void shift_rows_i8(const int8_t *a, size_t k, size_t mr, size_t lda, uint
   }
 }
 
+/* As ukr_f32 with quad steps over the shifted A rows at ap (stride lda): wp holds ww dwords
+ * (4 weights each) per step. The partial sums wrap modulo 2^32 like one sum would, so adding
+ * them gives the same int32. */
 static ALWAYS_INLINE void ukr_i8(const int mr, const int nv, const tpu__gemm_args_t *g,
-                                 size_t i0, size_t j0, size_t jn, const int8_t *wp,
+                                 size_t i0, size_t j0, size_t jn, const int8_t *wp, size_t ww,
                                  const int32_t *sums, const uint8_t *ap, size_t lda) {
-  size_t kq = (g->k + 3) / 4;
-  __m512i acc[MR][NV];
+  const int ku = KU(mr);
+  size_t kq = (g->k + 3) / 4, q = 0;
+  __m512i acc[KU_MAX][MR][NV];
+#pragma GCC unroll 4
+  for (int u = 0; u < ku; u++)
 #pragma GCC unroll 8
-  for (int r = 0; r < mr; r++)
+    for (int r = 0; r < mr; r++)
 #pragma GCC unroll 3
-    for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_si512();
-  for (size_t q = 0; q < kq; q++, wp += 4 * NR) {
-    __m512i b[NV];
+      for (int v = 0; v < nv; v++) acc[u][r][v] = _mm512_setzero_si512();
+  for (; q + ku <= kq; q += ku, wp += 4 * ku * ww) {
+#pragma GCC unroll 4
+    for (int u = 0; u < ku; u++) {
+      __m512i b[NV];
 #pragma GCC unroll 3
-    for (int v = 0; v < nv; v++) b[v] = _mm512_load_si512(wp + 64 * v);
+      for (int v = 0; v < nv; v++) b[v] = _mm512_load_si512(wp + 4 * (u * ww + 16 * v));
+#pragma GCC unroll 8
+      for (int r = 0; r < mr; r++) {
+        int32_t x;
+        memcpy(&x, ap + r * lda + 4 * (q + u), 4);
+        __m512i av = _mm512_set1_epi32(x);
+#pragma GCC unroll 3
+        for (int v = 0; v < nv; v++) acc[u][r][v] = _mm512_dpbusd_epi32(acc[u][r][v], av, b[v]);
+      }
+    }
+  }
+  for (; q < kq; q++, wp += 4 * ww)
 #pragma GCC unroll 8
     for (int r = 0; r < mr; r++) {
       int32_t x;
       memcpy(&x, ap + r * lda + 4 * q, 4);
       __m512i av = _mm512_set1_epi32(x);
 #pragma GCC unroll 3
-      for (int v = 0; v < nv; v++) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], av, b[v]);
+      for (int v = 0; v < nv; v++)
+        acc[0][r][v] = _mm512_dpbusd_epi32(acc[0][r][v], av, _mm512_load_si512(wp + 64 * v));
     }
-  }
-  __m512i out[MR][NV];
+#pragma GCC unroll 4
+  for (int u = 1; u < ku; u++)
 #pragma GCC unroll 8
-  for (int r = 0; r < mr; r++)
+    for (int r = 0; r < mr; r++)
 #pragma GCC unroll 3
-    for (int v = 0; v < nv; v++) out[r][v] = acc[r][v];
-  write_i32(g, i0, j0, jn, mr, nv, out, sums);
+      for (int v = 0; v < nv; v++) acc[0][r][v] = _mm512_add_epi32(acc[0][r][v], acc[u][r][v]);
+  store_i8(mr, nv, g, i0, j0, jn, acc[0], sums);
 }
 
 #define UKR_I8(mr, nv, ...) ukr_i8(mr, nv, __VA_ARGS__)
 
 static void tpu_gemm_i8_avx512_8x48(const tpu__gemm_args_t *g, size_t m0, size_t m1, size_t n0,
                                     size_t n1, void *ws) {
-  size_t k = g->k, panel = i8_panel_bytes(k), nc = chunk_cols(panel);
-  size_t lda = (k + 63) / 64 * 64;
+  size_t k = g->k, kq = (k + 3) / 4, lda = (k + 63) / 64 * 64;
   const int8_t *w = g->w;
-  const int32_t *sums = (const int32_t *)(w + npanels(g->n) * panel);
+  const int32_t *sums = (const int32_t *)(w + packed_cols(g->n) * kq * 4);
+  const int8_t *a = g->a;
   uint8_t *ap = ws;
-  for (size_t jc = n0; jc < n1; jc += nc) {
-    size_t jc1 = n1 - jc < nc ? n1 : jc + nc;
-    for (size_t i = m0; i < m1; i += MR) {
-      size_t mr = m1 - i < MR ? m1 - i : MR;
-      shift_rows_i8((const int8_t *)g->a + i * k, k, mr, lda, ap);
-      for (size_t j = jc; j < jc1; j += NR) {
-        size_t jn = jc1 - j < NR ? jc1 - j : NR, nv = (jn + 15) / 16;
-        TPU__DISPATCH(UKR_I8, mr, nv, g, i, j, jn, w + j / NR * panel, sums + j, ap, lda)
-      }
-    }
-  }
+  FOR_BLOCKS(g, m0, m1, n0, n1, kq, shift_rows_i8(a + i * k, k, mr, lda, ap),
+             TPU__DISPATCH(UKR_I8, mr, nv, g, i, j, jn, w + 4 * wo, ww, sums + j, ap, lda));
 }
 
 const tpu__kernel_set_t tpu__kernels_avx512 = {
