@@ -23,7 +23,7 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -V
 
 run: build
-	@$(BUILD)/engine/tpu-engine-demo
+	@$(BUILD)/server/tpud --models models $(RUN_ARGS)
 
 bench:
 	@deploy/deps.sh bench

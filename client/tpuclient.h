@@ -233,7 +233,7 @@ tpu_client_status_t tpu_client_model_infer(tpu_client_t *client,
 tpu_client_status_t tpu_client_matmul(tpu_client_t *client, const Tpud__MatMulRequest *request,
                                       int timeout_ms, Tpud__MatMulResponse **out);
 
-/* ModelLoad of `model` (version NULL or "" loads every version). *out may be NULL; otherwise free
+/* ModelLoad of `model` (version NULL or "": the versions its policy names). *out may be NULL; free
  * it with tpud__model_load_response__free_unpacked(*out, NULL). */
 tpu_client_status_t tpu_client_model_load(tpu_client_t *client, const char *model,
                                           const char *version, int timeout_ms,

@@ -417,11 +417,13 @@ static const command_t commands[] = {
      "\"systolic_rows\": .., \"systolic_cols\": .., \"systolic_utilization\": .., \"compute_us\": ..};\n"
      "C is FP32, or INT32 accumulators for INT8 inputs.\n"},
     {"load", cmd_load, 0, 1, 2, "load MODEL [VERSION]",
-     "Loads MODEL from the server's repository (one VERSION, or every version) and makes it\n"
-     "serve. Prints the versions now serving.\n"},
+     "Loads MODEL from the server's repository and makes it serve: one VERSION (kept loaded\n"
+     "whatever the version policy says, until unloaded), or the versions its policy names.\n"
+     "Answers once they are ready or failed. Prints the versions now serving.\n"},
     {"unload", cmd_unload, 0, 1, 2, "unload MODEL [VERSION]",
-     "Stops serving MODEL (one VERSION, or every version) once its in-flight requests finish.\n"
-     "Prints the versions unloaded.\n"},
+     "Stops serving MODEL (one VERSION, or every version): queued requests fail with\n"
+     "UNAVAILABLE, requests being computed finish. The versions stay unloaded (rescans do not\n"
+     "bring them back) until `load`. Prints the versions unloaded.\n"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

@@ -1,0 +1,1108 @@
+/*
+ * audit.c - the audit log writer: queue, group commit, hash chain, fsync policy, fail-closed
+ * state, rotation and the head file. The record format, canonical bytes and recovery rules are
+ * documented in audit.h.
+ *
+ * DESIGN
+ * One writer thread owns the file descriptor, the chain (seq, last hash), the pending batch, the
+ * rotation and the head file; nothing else touches them, so they need no lock. Producers only
+ * link records onto the queue. The writer never holds the lock while it formats, hashes, writes
+ * or runs callbacks.
+ *
+ * LOCK RULES (a->mu)
+ * a->mu guards the queue (qhead, qtail, qlen), the requests to the writer (stop, reopen,
+ * flush_req) and the flush accounting (nsubmitted, nsettled). cv wakes the writer; settled_cv
+ * wakes tpu_audit_flush waiters. Counters read by tpu_audit_stats are atomics.
+ *
+ * A batch whose write or fdatasync failed stays in a->batch with the seqs and hashes it was
+ * given; before each retry the file is cut back to a->good_off (only bytes of that unconfirmed
+ * batch are removed), so a retry appends exactly the same bytes and the chain stays unbroken.
+ */
+#define _GNU_SOURCE /* memrchr */
+#include "audit.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "audit_int.h"
+#include "clock.h"
+#include "log.h"
+
+#define STR_MAX 1024         /* bytes kept of each string field */
+#define MESSAGE_MAX 4096     /* bytes kept of the message */
+#define BATCH_MAX 4096       /* records per write(2) */
+#define TAIL_WINDOW (8u << 20) /* bytes read back at open to find the last record */
+
+enum { F_KIND, F_ID, F_CLIENT, F_MODEL, F_VERSION, F_IN, F_OUT, F_STATUS, F_MESSAGE, F_COUNT };
+
+typedef struct tpu__audit_node {
+  struct tpu__audit_node *next;
+  tpu_audit_done_fn done;
+  void *arg;
+  uint64_t seq;
+  int fired; /* callback already ran (fail-open PENDING) */
+  tpu_audit_record_t rec; /* strings point into data */
+  char data[];
+} node_t;
+
+typedef struct {
+  char *p;
+  size_t len, cap;
+} buf_t;
+
+struct tpu_audit {
+  tpu_audit_config_t cfg;
+  char *path, *head_path;
+  uint8_t key[TPU__AUDIT_KEY_MAX];
+  size_t keylen;
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv, settled_cv;
+  node_t *qhead, *qtail; /* under mu */
+  size_t qlen;           /* under mu */
+  int stop, reopen, flush_req; /* under mu */
+  uint64_t nsubmitted; /* under mu: records accepted by submit */
+  uint64_t nretired;   /* under mu: of those, written or dropped (bounds the queue) */
+  uint64_t nsettled;   /* under mu: of those, on disk or dropped (what flush waits for) */
+  pthread_t thread;
+  int started;
+
+  /* Writer thread only. */
+  int fd;
+  dev_t dev;
+  ino_t ino;
+  uint64_t good_off;      /* file size up to the last committed batch */
+  int cut_needed;         /* a failed attempt may have left bytes past good_off */
+  uint64_t seq;           /* last seq given out */
+  char last_hash[65];     /* hash of record `seq` */
+  uint64_t disk_seq;      /* last seq committed */
+  char disk_hash[65];
+  buf_t batch;            /* serialized, not yet committed */
+  node_t *bhead, *btail;  /* the caller records in batch */
+  size_t bcount;
+  uint64_t blast_seq;
+  char blast_hash[65];
+  node_t *hhead, *htail;  /* taken off the queue, waiting behind a failed batch */
+  uint64_t unsynced;      /* caller records written but not yet fdatasync'd */
+  int dirty;              /* bytes written since the last fdatasync */
+  int want_rotate;        /* a reopen request that arrived while failing */
+  int sync_failed;
+  uint64_t last_sync_us, last_head_us, next_retry_us, head_seq;
+
+  _Atomic int failed;
+  _Atomic int inject;
+  _Atomic uint64_t st_written, st_lost, st_bytes, st_fsyncs, st_errors, st_rotations;
+  _Atomic uint64_t st_seq, st_synced_seq, st_queued;
+  _Atomic uint64_t lost_unreported; /* refused records no "lost" record has mentioned yet */
+};
+
+/* ---- hashing, shared with the verifier ---------------------------------------------------- */
+
+static void to_hex(const unsigned char *md, size_t n, char *hex) {
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; i++) {
+    hex[2 * i] = digits[md[i] >> 4];
+    hex[2 * i + 1] = digits[md[i] & 15];
+  }
+  hex[2 * n] = '\0';
+}
+
+void tpu__audit_mac(const uint8_t *key, size_t keylen, const void *data, size_t len,
+                    char hex[65]) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int mdlen = 0;
+  if (keylen > 0)
+    HMAC(EVP_sha256(), key, (int)keylen, data, len, md, &mdlen);
+  else
+    EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL);
+  to_hex(md, 32, hex);
+}
+
+void tpu_audit_sha256_hex(const void *data, size_t len, char hex[65]) {
+  tpu__audit_mac(NULL, 0, data, len, hex);
+}
+
+int tpu_audit_sha256_init(tpu_audit_sha256_t *d) {
+  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+  if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+    EVP_MD_CTX_free(ctx);
+    d->ctx = NULL;
+    return -1;
+  }
+  d->ctx = ctx;
+  return 0;
+}
+
+void tpu_audit_sha256_update(tpu_audit_sha256_t *d, const void *data, size_t len) {
+  if (d->ctx && len) EVP_DigestUpdate((EVP_MD_CTX *)d->ctx, data, len);
+}
+
+void tpu_audit_sha256_final(tpu_audit_sha256_t *d, char hex[65]) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int mdlen = 0;
+  if (!d->ctx || EVP_DigestFinal_ex((EVP_MD_CTX *)d->ctx, md, &mdlen) != 1) {
+    hex[0] = '\0';
+  } else {
+    to_hex(md, 32, hex);
+  }
+  EVP_MD_CTX_free((EVP_MD_CTX *)d->ctx);
+  d->ctx = NULL;
+}
+
+static int is_hex64(const char *s, size_t n) {
+  if (n != 64) return 0;
+  for (size_t i = 0; i < 64; i++)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+  return 1;
+}
+
+uint64_t tpu__audit_raw_seq(const char *line, size_t len) {
+  static const char pfx[] = "{\"seq\":";
+  size_t n = sizeof pfx - 1;
+  if (len <= n || memcmp(line, pfx, n) != 0) return 0;
+  uint64_t v = 0;
+  size_t i = n;
+  for (; i < len && i < n + 20 && line[i] >= '0' && line[i] <= '9'; i++)
+    v = v * 10 + (uint64_t)(line[i] - '0');
+  return i > n ? v : 0;
+}
+
+static const char *json_str(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+tpu__line_result_t tpu__audit_parse_line(const char *line, size_t len, const uint8_t *key,
+                                         size_t keylen, tpu__audit_line_t *out) {
+  memset(out, 0, sizeof *out);
+  /* Layout: ... ,"hash":"<64 hex>"} with nothing after. */
+  static const char sep[] = TPU__AUDIT_HASH_SEP;
+  const size_t seplen = sizeof sep - 1;
+  /* The last ,"hash":" of a valid line is 66 bytes before its end ("<64 hex>"}). */
+  size_t cut = len >= seplen + 66 ? len - seplen - 66 : 0;
+  if (len < seplen + 66 || memcmp(line + cut, sep, seplen) != 0 || line[len - 2] != '"' ||
+      line[len - 1] != '}' || !is_hex64(line + cut + seplen, 64)) {
+    snprintf(out->why, sizeof out->why, "line does not end with ,\"hash\":\"<64 hex>\"}");
+    return TPU__LINE_MALFORMED;
+  }
+  json_error_t jerr;
+  json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!o || !json_is_object(o)) {
+    snprintf(out->why, sizeof out->why, "not a JSON object: %s", o ? "wrong type" : jerr.text);
+    json_decref(o);
+    return TPU__LINE_MALFORMED;
+  }
+  json_t *seq = json_object_get(o, "seq");
+  const char *prev = json_str(o, "prev"), *hash = json_str(o, "hash"), *kind = json_str(o, "kind");
+  const char *msg = json_str(o, "message");
+  if (!json_is_integer(seq) || json_integer_value(seq) <= 0 || !prev ||
+      !is_hex64(prev, strlen(prev)) || !hash || memcmp(hash, line + cut + seplen, 64) != 0 ||
+      !kind || !json_str(o, "time")) {
+    snprintf(out->why, sizeof out->why, "missing or invalid seq, time, kind, prev or hash");
+    json_decref(o);
+    return TPU__LINE_MALFORMED;
+  }
+  out->seq = (uint64_t)json_integer_value(seq);
+  memcpy(out->prev, prev, 65);
+  memcpy(out->hash, hash, 65);
+  snprintf(out->kind, sizeof out->kind, "%s", kind);
+  snprintf(out->message, sizeof out->message, "%s", msg ? msg : "");
+  json_decref(o);
+
+  /* canonical = line[0:cut] + "}" */
+  char stackbuf[8192];
+  char *canon = cut + 1 <= sizeof stackbuf ? stackbuf : malloc(cut + 1);
+  if (!canon) {
+    snprintf(out->why, sizeof out->why, "out of memory");
+    return TPU__LINE_MALFORMED;
+  }
+  memcpy(canon, line, cut);
+  canon[cut] = '}';
+  char hex[65];
+  tpu__audit_mac(key, keylen, canon, cut + 1, hex);
+  tpu__line_result_t r = TPU__LINE_OK;
+  if (memcmp(hex, out->hash, 64) != 0) {
+    r = TPU__LINE_MISMATCH;
+    if (keylen > 0) {
+      tpu__audit_mac(NULL, 0, canon, cut + 1, hex);
+      if (memcmp(hex, out->hash, 64) == 0) r = TPU__LINE_FORGED;
+    }
+  }
+  if (canon != stackbuf) free(canon);
+  return r;
+}
+
+/* ---- small helpers ---------------------------------------------------------------------- */
+
+static const char *const grpc_names[] = {
+    "OK",          "CANCELLED",         "UNKNOWN",   "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+    "NOT_FOUND",   "ALREADY_EXISTS",    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION", "ABORTED",   "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
+    "UNAVAILABLE", "DATA_LOSS",         "UNAUTHENTICATED"};
+
+const char *tpu_audit_grpc_name(int code) {
+  return code >= 0 && code <= 16 ? grpc_names[code] : "UNKNOWN";
+}
+
+void tpu_audit_config_init(tpu_audit_config_t *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->fsync = TPU_AUDIT_FSYNC_INTERVAL;
+  cfg->fsync_interval_ms = 100;
+  cfg->head_interval_ms = 1000;
+  cfg->retry_ms = 200;
+  cfg->max_pending = 65536;
+}
+
+int tpu_audit_parse_fsync(const char *name, tpu_audit_fsync_t *out) {
+  if (!name) return -1;
+  if (strcmp(name, "always") == 0) *out = TPU_AUDIT_FSYNC_ALWAYS;
+  else if (strcmp(name, "interval") == 0) *out = TPU_AUDIT_FSYNC_INTERVAL;
+  else if (strcmp(name, "never") == 0) *out = TPU_AUDIT_FSYNC_NEVER;
+  else return -1;
+  return 0;
+}
+
+int tpu_audit_load_key(const char *path, uint8_t *key, size_t cap, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    snprintf(err, errlen, "audit key '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  size_t n = fread(key, 1, cap, f);
+  int more = fgetc(f) != EOF, bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    snprintf(err, errlen, "audit key '%s': read error", path);
+    return -1;
+  }
+  if (more) {
+    snprintf(err, errlen, "audit key '%s': longer than %zu bytes", path, cap);
+    return -1;
+  }
+  while (n > 0 && (key[n - 1] == '\n' || key[n - 1] == '\r')) n--;
+  if (n < 16) {
+    snprintf(err, errlen, "audit key '%s': %zu bytes, expected at least 16", path, n);
+    return -1;
+  }
+  return (int)n;
+}
+
+static int buf_reserve(buf_t *b, size_t more) {
+  if (b->len + more <= b->cap) return 0;
+  size_t cap = b->cap ? b->cap : 4096;
+  while (cap < b->len + more) cap *= 2;
+  char *p = realloc(b->p, cap);
+  if (!p) return -1;
+  b->p = p;
+  b->cap = cap;
+  return 0;
+}
+
+static void buf_add(buf_t *b, const char *s, size_t n) {
+  if (buf_reserve(b, n) == 0) {
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+  }
+}
+
+static void buf_adds(buf_t *b, const char *s) { buf_add(b, s, strlen(s)); }
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), or 0 if invalid. */
+static size_t utf8_len(const unsigned char *s, size_t n) {
+  unsigned c = s[0];
+  if (c < 0x80) return 1;
+  size_t need;
+  unsigned lo = 0x80, hi = 0xbf;
+  if (c >= 0xc2 && c <= 0xdf) need = 2;
+  else if (c == 0xe0) need = 3, lo = 0xa0;
+  else if (c == 0xed) need = 3, hi = 0x9f;
+  else if (c >= 0xe1 && c <= 0xef) need = 3;
+  else if (c == 0xf0) need = 4, lo = 0x90;
+  else if (c >= 0xf1 && c <= 0xf3) need = 4;
+  else if (c == 0xf4) need = 4, hi = 0x8f;
+  else return 0;
+  if (n < need || s[1] < lo || s[1] > hi) return 0;
+  for (size_t i = 2; i < need; i++)
+    if (s[i] < 0x80 || s[i] > 0xbf) return 0;
+  return need;
+}
+
+/* Appends s as a JSON string (quoted, escaped, invalid UTF-8 as U+FFFD). */
+static void buf_json_str(buf_t *b, const char *s) {
+  buf_add(b, "\"", 1);
+  const unsigned char *p = (const unsigned char *)(s ? s : "");
+  size_t n = strlen((const char *)p);
+  for (size_t i = 0; i < n;) {
+    unsigned c = p[i];
+    if (c == '"' || c == '\\') {
+      char e[2] = {'\\', (char)c};
+      buf_add(b, e, 2);
+      i++;
+    } else if (c < 0x20) {
+      char e[8];
+      if (c == '\n') memcpy(e, "\\n", 3);
+      else if (c == '\t') memcpy(e, "\\t", 3);
+      else if (c == '\r') memcpy(e, "\\r", 3);
+      else snprintf(e, sizeof e, "\\u%04x", c);
+      buf_adds(b, e);
+      i++;
+    } else {
+      size_t k = utf8_len(p + i, n - i);
+      if (k == 0) {
+        buf_add(b, "\xef\xbf\xbd", 3);
+        i++;
+      } else {
+        buf_add(b, (const char *)p + i, k);
+        i += k;
+      }
+    }
+  }
+  buf_add(b, "\"", 1);
+}
+
+static void rfc3339_now(char out[40]) {
+  struct timespec ts;
+  struct tm tm;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  gmtime_r(&ts.tv_sec, &tm);
+  size_t n = strftime(out, 40, "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(out + n, 40 - n, ".%06ldZ", ts.tv_nsec / 1000L);
+}
+
+/* Serializes one record at the chain head (a->seq + 1) onto b: the writer's only formatter. */
+static uint64_t emit(tpu_audit_t *a, buf_t *b, const tpu_audit_record_t *r) {
+  uint64_t seq = ++a->seq;
+  char tbuf[40], num[400];
+  rfc3339_now(tbuf);
+  size_t start = b->len;
+  snprintf(num, sizeof num, "{\"seq\":%" PRIu64 ",\"time\":\"%s\",\"kind\":", seq, tbuf);
+  buf_adds(b, num);
+  buf_json_str(b, r->kind ? r->kind : TPU_AUDIT_KIND_REQUEST);
+  static const char *const keys[] = {"request_id", "client", "model", "version",
+                                     "input_sha256", "output_sha256", "status", "message"};
+  const char *vals[] = {r->request_id, r->client, r->model, r->version,
+                        r->input_sha256, r->output_sha256, r->status, r->message};
+  for (int i = 0; i < 8; i++) {
+    buf_add(b, ",\"", 2);
+    buf_adds(b, keys[i]);
+    buf_add(b, "\":", 2);
+    buf_json_str(b, vals[i]);
+  }
+  snprintf(num, sizeof num,
+           ",\"queue_us\":%" PRIu64 ",\"compute_us\":%" PRIu64 ",\"batch_id\":%" PRIu64
+           ",\"bucket\":%" PRIu64 ",\"prev\":\"%s\"",
+           r->queue_us, r->compute_us, r->batch_id, r->bucket, a->last_hash);
+  buf_adds(b, num);
+  buf_add(b, "}", 1); /* canonical bytes = b[start, len) */
+  char hex[65];
+  tpu__audit_mac(a->key, a->keylen, b->p + start, b->len - start, hex);
+  b->len--;
+  buf_adds(b, TPU__AUDIT_HASH_SEP);
+  buf_add(b, hex, 64);
+  buf_add(b, "\"}\n", 3);
+  memcpy(a->last_hash, hex, 65);
+  return seq;
+}
+
+static void fsync_dir(const char *path) {
+  char *copy = strdup(path);
+  if (!copy) return;
+  int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)fsync(dfd);
+    close(dfd);
+  }
+  free(copy);
+}
+
+/* ---- the writer ------------------------------------------------------------------------- */
+
+/* fdatasync; on success every record up to `covered` (all written before the call) is on
+ * disk, and only here does synced_seq advance. */
+static int do_sync(tpu_audit_t *a, uint64_t covered) {
+  int inj = atomic_load(&a->inject);
+  if (inj || fdatasync(a->fd) != 0) {
+    errno = inj ? inj : errno;
+    return -1;
+  }
+  atomic_fetch_add(&a->st_fsyncs, 1);
+  atomic_store(&a->st_synced_seq, covered);
+  return 0;
+}
+
+/* Runs each caller record's callback once and frees the nodes. */
+static void finish_nodes(node_t *n, int status) {
+  while (n) {
+    node_t *next = n->next;
+    if (n->done && !n->fired) n->done(n->arg, n->seq, status);
+    free(n);
+    n = next;
+  }
+}
+
+/* Accounts caller records that were written (retired) and that reached the disk (settled). */
+static void account(tpu_audit_t *a, uint64_t retired, uint64_t settled) {
+  if (!retired && !settled) return;
+  pthread_mutex_lock(&a->mu);
+  a->nretired += retired;
+  a->nsettled += settled;
+  atomic_store(&a->st_queued, a->nsubmitted - a->nretired);
+  if (settled) pthread_cond_broadcast(&a->settled_cv);
+  pthread_mutex_unlock(&a->mu);
+}
+
+static void mark_synced(tpu_audit_t *a) {
+  a->dirty = 0;
+  a->last_sync_us = tpu_now_us();
+  uint64_t n = a->unsynced;
+  a->unsynced = 0;
+  account(a, 0, n);
+}
+
+static void enter_failed(tpu_audit_t *a, const char *what, int err) {
+  atomic_fetch_add(&a->st_errors, 1);
+  a->next_retry_us = tpu_now_us() + (uint64_t)a->cfg.retry_ms * 1000u;
+  if (!atomic_exchange(&a->failed, 1))
+    tpu_log_error("audit log %s: %s failed: %s; %s until it can be written again", a->path, what,
+                  strerror(err), a->cfg.fail_open ? "serving on (fail-open)"
+                                                  : "new requests get UNAVAILABLE");
+}
+
+static void leave_failed(tpu_audit_t *a) {
+  if (atomic_exchange(&a->failed, 0)) tpu_log_info("audit log %s: writing again", a->path);
+}
+
+/* Appends the pending batch (after cutting off any bytes of an earlier failed attempt) and,
+ * with `always`, syncs it. Returns 0 when committed. */
+static int commit(tpu_audit_t *a) {
+  if (a->cut_needed) {
+    if (ftruncate(a->fd, (off_t)a->good_off) != 0) {
+      enter_failed(a, "ftruncate of a partial batch", errno);
+      return -1;
+    }
+    a->cut_needed = 0;
+  }
+  size_t off = 0;
+  while (off < a->batch.len) {
+    int inj = atomic_load(&a->inject);
+    ssize_t w;
+    if (inj) { /* as a full disk would: part of the bytes, then the error */
+      size_t half = (a->batch.len - off) / 2;
+      if (half) (void)!write(a->fd, a->batch.p + off, half);
+      errno = inj;
+      w = -1;
+    } else {
+      w = write(a->fd, a->batch.p + off, a->batch.len - off);
+    }
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      a->cut_needed = 1;
+      enter_failed(a, "write", errno);
+      return -1;
+    }
+    off += (size_t)w;
+  }
+  if (a->cfg.fsync == TPU_AUDIT_FSYNC_ALWAYS && do_sync(a, a->blast_seq) != 0) {
+    a->cut_needed = 1; /* not known to be on disk: write it again */
+    enter_failed(a, "fdatasync", errno);
+    return -1;
+  }
+  a->good_off += a->batch.len;
+  atomic_fetch_add(&a->st_bytes, a->batch.len);
+  atomic_fetch_add(&a->st_written, a->blast_seq - a->disk_seq);
+  a->disk_seq = a->blast_seq;
+  memcpy(a->disk_hash, a->blast_hash, 65);
+  atomic_store(&a->st_seq, a->disk_seq);
+  a->batch.len = 0;
+  node_t *nodes = a->bhead;
+  size_t count = a->bcount;
+  a->bhead = a->btail = NULL;
+  a->bcount = 0;
+  account(a, count, 0);
+  a->unsynced += count;
+  a->dirty = 1;
+  int always = a->cfg.fsync == TPU_AUDIT_FSYNC_ALWAYS;
+  if (!a->sync_failed) leave_failed(a);
+  finish_nodes(nodes, TPU_AUDIT_WRITTEN);
+  if (always) mark_synced(a); /* flush waiters wake after the callbacks ran */
+  return 0;
+}
+
+/* Builds a batch from the held records (and a "lost" record first if any were refused). */
+static void build_batch(tpu_audit_t *a) {
+  uint64_t lost = atomic_exchange(&a->lost_unreported, 0);
+  if (lost) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "%" PRIu64 " records were refused and not logged", lost);
+    tpu_audit_record_t r = {.kind = TPU_AUDIT_KIND_LOST, .status = "DATA_LOSS", .message = msg};
+    emit(a, &a->batch, &r);
+  }
+  while (a->hhead && a->bcount < BATCH_MAX) {
+    node_t *n = a->hhead;
+    a->hhead = n->next;
+    if (!a->hhead) a->htail = NULL;
+    n->next = NULL;
+    n->seq = emit(a, &a->batch, &n->rec);
+    if (a->btail) a->btail->next = n;
+    else a->bhead = n;
+    a->btail = n;
+    a->bcount++;
+  }
+  a->blast_seq = a->seq;
+  memcpy(a->blast_hash, a->last_hash, 65);
+}
+
+static int batch_pending(const tpu_audit_t *a) { return a->batch.len > 0; }
+
+/* Emits one module record and commits it (with whatever else is pending). */
+static int emit_and_commit(tpu_audit_t *a, const tpu_audit_record_t *r) {
+  emit(a, &a->batch, r);
+  a->blast_seq = a->seq;
+  memcpy(a->blast_hash, a->last_hash, 65);
+  return commit(a);
+}
+
+static int sync_now(tpu_audit_t *a) {
+  if (!a->dirty) return 0;
+  if (do_sync(a, a->disk_seq) != 0) {
+    a->sync_failed = 1;
+    enter_failed(a, "fdatasync", errno);
+    return -1;
+  }
+  a->sync_failed = 0;
+  mark_synced(a);
+  if (!batch_pending(a)) leave_failed(a);
+  return 0;
+}
+
+static void write_head(tpu_audit_t *a) {
+  a->last_head_us = tpu_now_us();
+  if (!a->head_path || a->disk_seq == 0 || a->disk_seq == a->head_seq) return;
+  if (sync_now(a) != 0) return;
+  char tmp[4200], line[256], tbuf[40];
+  snprintf(tmp, sizeof tmp, "%s.tmp", a->head_path);
+  rfc3339_now(tbuf);
+  int n = snprintf(line, sizeof line, "{\"seq\":%" PRIu64 ",\"hash\":\"%s\",\"time\":\"%s\"}\n",
+                   a->disk_seq, a->disk_hash, tbuf);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (fd < 0 || write(fd, line, (size_t)n) != n || fsync(fd) != 0) {
+    tpu_log_warn("audit head file %s: %s", tmp, strerror(errno));
+    if (fd >= 0) close(fd);
+    return;
+  }
+  close(fd);
+  if (rename(tmp, a->head_path) != 0) {
+    tpu_log_warn("audit head file %s: rename: %s", a->head_path, strerror(errno));
+    return;
+  }
+  fsync_dir(a->head_path);
+  a->head_seq = a->disk_seq;
+}
+
+/* Renames the file (if it is still ours) and starts a new one with a "rotate" record. */
+static void rotate(tpu_audit_t *a) {
+  if (a->good_off == 0 || a->disk_seq == 0) return; /* nothing to rotate */
+  if (sync_now(a) != 0) return;
+  char rotated[4200], msg[4300];
+  struct stat st;
+  if (stat(a->path, &st) == 0 && st.st_dev == a->dev && st.st_ino == a->ino) {
+    snprintf(rotated, sizeof rotated, "%s.%020" PRIu64, a->path, a->disk_seq);
+    for (int i = 1; access(rotated, F_OK) == 0 && i < 1000; i++)
+      snprintf(rotated, sizeof rotated, "%s.%020" PRIu64 "-%d", a->path, a->disk_seq, i);
+    if (rename(a->path, rotated) != 0) {
+      tpu_log_warn("audit log %s: rotate: rename to %s: %s", a->path, rotated, strerror(errno));
+      return;
+    }
+  } else {
+    snprintf(rotated, sizeof rotated, "(moved away from %s)", a->path);
+  }
+  int fd = open(a->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    /* Keep writing where we were (the chain stays whole); retried at the next rotation. */
+    tpu_log_warn("audit log %s: rotate: open: %s", a->path, strerror(errno));
+    if (fd >= 0) close(fd);
+    return;
+  }
+  fsync_dir(a->path);
+  close(a->fd);
+  a->fd = fd;
+  a->dev = st.st_dev;
+  a->ino = st.st_ino;
+  a->good_off = (uint64_t)st.st_size;
+  a->cut_needed = 0;
+  atomic_fetch_add(&a->st_rotations, 1);
+  char *copy = strdup(rotated);
+  snprintf(msg, sizeof msg, "previous file: %s", copy ? basename(copy) : rotated);
+  free(copy);
+  tpu_audit_record_t r = {.kind = TPU_AUDIT_KIND_ROTATE, .status = "OK", .message = msg};
+  if (emit_and_commit(a, &r) == 0) write_head(a);
+}
+
+/* Moves the queue into the held list; returns the requests. */
+static void take_queue(tpu_audit_t *a, int *stop, int *reopen, int *flush) {
+  pthread_mutex_lock(&a->mu);
+  uint64_t now = tpu_now_us(), deadline = UINT64_MAX;
+  for (;;) {
+    if (a->qhead || a->stop || a->reopen || (a->flush_req && a->dirty && !atomic_load(&a->failed)))
+      break;
+    deadline = UINT64_MAX;
+    if (atomic_load(&a->failed)) deadline = a->next_retry_us;
+    if (a->dirty && a->cfg.fsync == TPU_AUDIT_FSYNC_INTERVAL) {
+      uint64_t d = a->last_sync_us + (uint64_t)a->cfg.fsync_interval_ms * 1000u;
+      if (d < deadline) deadline = d;
+    }
+    if (a->head_path && a->disk_seq != a->head_seq) {
+      uint64_t d = a->last_head_us + (uint64_t)a->cfg.head_interval_ms * 1000u;
+      if (d < deadline) deadline = d;
+    }
+    if (deadline <= now) break;
+    if (deadline == UINT64_MAX) {
+      pthread_cond_wait(&a->cv, &a->mu);
+    } else {
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      uint64_t wait_us = deadline - now;
+      ts.tv_sec += (time_t)(wait_us / 1000000u);
+      ts.tv_nsec += (long)(wait_us % 1000000u) * 1000L;
+      if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+      pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+    }
+    now = tpu_now_us();
+  }
+  if (a->qhead) {
+    if (a->htail) a->htail->next = a->qhead;
+    else a->hhead = a->qhead;
+    a->htail = a->qtail;
+    a->qhead = a->qtail = NULL;
+    a->qlen = 0;
+  }
+  *stop = a->stop;
+  *reopen = a->reopen;
+  a->reopen = 0;
+  *flush = a->flush_req;
+  pthread_mutex_unlock(&a->mu);
+}
+
+/* Fail-open: callers are not kept waiting for records that cannot be written yet. */
+static void fire_pending(tpu_audit_t *a) {
+  if (!a->cfg.fail_open) return;
+  for (node_t *lists[2] = {a->bhead, a->hhead}, **l = lists; l < lists + 2; l++)
+    for (node_t *n = *l; n; n = n->next)
+      if (!n->fired) {
+        if (n->done) n->done(n->arg, n->seq, TPU_AUDIT_PENDING);
+        n->fired = 1;
+      }
+}
+
+static size_t count_nodes(const node_t *n) {
+  size_t c = 0;
+  for (; n; n = n->next) c++;
+  return c;
+}
+
+static void *writer_main(void *arg) {
+  tpu_audit_t *a = arg;
+  for (;;) {
+    int stop, reopen, flush;
+    take_queue(a, &stop, &reopen, &flush);
+    a->want_rotate |= reopen;
+    uint64_t now = tpu_now_us();
+    int failed = atomic_load(&a->failed);
+    if (failed && (now >= a->next_retry_us || stop)) {
+      if (batch_pending(a)) {
+        if (commit(a) == 0 && !a->sync_failed) failed = 0;
+      } else if (a->sync_failed) {
+        if (sync_now(a) == 0) failed = 0;
+      }
+      if (!batch_pending(a) && !a->sync_failed) leave_failed(a), failed = 0;
+    }
+    if (!failed) {
+      while ((a->hhead || atomic_load(&a->lost_unreported)) && !batch_pending(a)) {
+        build_batch(a);
+        if (commit(a) != 0) break;
+      }
+    }
+    if (atomic_load(&a->failed)) {
+      fire_pending(a);
+    } else {
+      if (a->want_rotate || (a->cfg.max_bytes && a->good_off >= a->cfg.max_bytes)) {
+        a->want_rotate = 0;
+        rotate(a);
+      }
+      now = tpu_now_us();
+      if (a->dirty && (flush || stop ||
+                       (a->cfg.fsync == TPU_AUDIT_FSYNC_INTERVAL &&
+                        now >= a->last_sync_us + (uint64_t)a->cfg.fsync_interval_ms * 1000u)))
+        sync_now(a);
+      if (a->head_path && a->disk_seq != a->head_seq &&
+          (stop || now >= a->last_head_us + (uint64_t)a->cfg.head_interval_ms * 1000u))
+        write_head(a);
+    }
+    if (flush && !a->dirty && !batch_pending(a)) {
+      pthread_mutex_lock(&a->mu);
+      a->flush_req = 0;
+      pthread_mutex_unlock(&a->mu);
+    }
+    if (stop) {
+      pthread_mutex_lock(&a->mu);
+      int more = a->qhead != NULL;
+      pthread_mutex_unlock(&a->mu);
+      if (more) continue;
+      if (!atomic_load(&a->failed) && !a->hhead && !batch_pending(a)) break;
+      if (atomic_load(&a->failed)) {
+        /* The final retry above failed: give up on what is left. */
+        size_t n = count_nodes(a->bhead) + count_nodes(a->hhead);
+        atomic_fetch_add(&a->st_lost, n);
+        if (a->bhead) finish_nodes(a->bhead, TPU_AUDIT_LOST);
+        if (a->hhead) finish_nodes(a->hhead, TPU_AUDIT_LOST);
+        a->bhead = a->btail = a->hhead = a->htail = NULL;
+        a->bcount = 0;
+        a->batch.len = 0;
+        account(a, n, n + a->unsynced);
+        a->unsynced = 0;
+        if (a->cut_needed && ftruncate(a->fd, (off_t)a->good_off) == 0) a->cut_needed = 0;
+        break;
+      }
+    }
+  }
+  return NULL;
+}
+
+/* ---- open: continue the chain ------------------------------------------------------------ */
+
+/* Reads the tail of the log, finds its last record, and vouches for bytes after it. */
+static int recover(tpu_audit_t *a, char *err, size_t errlen) {
+  struct stat st;
+  if (fstat(a->fd, &st) != 0) {
+    snprintf(err, errlen, "audit log '%s': %s", a->path, strerror(errno));
+    return -1;
+  }
+  a->dev = st.st_dev;
+  a->ino = st.st_ino;
+  uint64_t size = (uint64_t)st.st_size;
+  a->good_off = size;
+  memcpy(a->last_hash, TPU__AUDIT_ZERO_HASH, 65);
+  if (size == 0) return 0;
+  uint64_t wstart = size > TAIL_WINDOW ? size - TAIL_WINDOW : 0;
+  size_t wlen = (size_t)(size - wstart);
+  char *w = malloc(wlen);
+  if (!w) {
+    snprintf(err, errlen, "audit log '%s': out of memory reading its tail", a->path);
+    return -1;
+  }
+  int rfd = open(a->path, O_RDONLY | O_CLOEXEC);
+  ssize_t got = rfd >= 0 ? pread(rfd, w, wlen, (off_t)wstart) : -1;
+  if (rfd >= 0) close(rfd);
+  if (got != (ssize_t)wlen) {
+    snprintf(err, errlen, "audit log '%s': cannot read its tail: %s", a->path,
+             got < 0 ? strerror(errno) : "short read");
+    free(w);
+    return -1;
+  }
+  /* Walk complete lines backwards to the last valid record. */
+  size_t tail_start = 0; /* offset in w where the unvouched bytes begin */
+  int found = 0;
+  size_t e = wlen;
+  while (e > 0) {
+    char *nl = memrchr(w, '\n', e);
+    if (!nl) break;
+    size_t end = (size_t)(nl - w); /* the line is [s, end) */
+    char *pnl = end ? memrchr(w, '\n', end) : NULL;
+    size_t s = pnl ? (size_t)(pnl - w) + 1 : 0;
+    if (!pnl && wstart > 0) break; /* the line may start before the window */
+    tpu__audit_line_t L;
+    tpu__line_result_t r = tpu__audit_parse_line(w + s, end - s, a->key, a->keylen, &L);
+    if (r == TPU__LINE_OK) {
+      a->seq = a->disk_seq = L.seq;
+      memcpy(a->last_hash, L.hash, 65);
+      memcpy(a->disk_hash, L.hash, 65);
+      tail_start = end + 1;
+      found = 1;
+      break;
+    }
+    if (r != TPU__LINE_MALFORMED) {
+      snprintf(err, errlen,
+               "audit log '%s': its last record (seq %" PRIu64 ") does not verify with the %s; "
+               "wrong --audit-key, or the file was changed (run tpuctl audit verify)",
+               a->path, L.seq, a->keylen ? "configured key" : "plain SHA-256 (no --audit-key)");
+      free(w);
+      return -1;
+    }
+    if (s == 0) break;
+    e = s; /* the previous line ends at w[s - 1] */
+  }
+  if (!found && wstart > 0) {
+    snprintf(err, errlen, "audit log '%s': no valid record in its last %u bytes", a->path,
+             TAIL_WINDOW);
+    free(w);
+    return -1;
+  }
+  atomic_store(&a->st_seq, a->disk_seq);
+  atomic_store(&a->st_synced_seq, a->disk_seq);
+  a->head_seq = a->disk_seq;
+  if (tail_start < wlen) {
+    size_t n = wlen - tail_start;
+    int terminated = w[wlen - 1] == '\n';
+    char hex[65], msg[200];
+    tpu__audit_mac(NULL, 0, w + tail_start, terminated ? n - 1 : n, hex);
+    snprintf(msg, sizeof msg, TPU__AUDIT_TORN_FMT, terminated ? n - 1 : n, hex);
+    tpu_log_warn("audit log %s: %zu bytes after seq %" PRIu64 " are not a record (a crash?): "
+                 "kept, and vouched for by a \"recovered\" record",
+                 a->path, terminated ? n - 1 : n, a->disk_seq);
+    if (!terminated) buf_add(&a->batch, "\n", 1);
+    tpu_audit_record_t r = {.kind = TPU_AUDIT_KIND_RECOVERED, .status = "DATA_LOSS",
+                            .message = msg};
+    emit(a, &a->batch, &r);
+  }
+  free(w);
+  return 0;
+}
+
+/* A head file ahead of the log means the log lost records while we were down: say so. */
+static void check_head(tpu_audit_t *a) {
+  if (!a->head_path) return;
+  json_error_t jerr;
+  json_t *h = json_load_file(a->head_path, 0, &jerr);
+  if (!h) return;
+  json_t *seq = json_object_get(h, "seq");
+  const char *hash = json_str(h, "hash");
+  if (json_is_integer(seq) && (uint64_t)json_integer_value(seq) > a->seq) {
+    char msg[400];
+    snprintf(msg, sizeof msg,
+             "head file %s says seq %" PRIu64 " hash %.64s, but the log ends at seq %" PRIu64
+             ": the log was truncated or rolled back while the server was down",
+             a->head_path, (uint64_t)json_integer_value(seq), hash ? hash : "?", a->seq);
+    tpu_log_error("audit log %s: %s", a->path, msg);
+    tpu_audit_record_t r = {.kind = TPU_AUDIT_KIND_ROLLBACK, .status = "DATA_LOSS",
+                            .message = msg};
+    emit(a, &a->batch, &r);
+  }
+  json_decref(h);
+}
+
+int tpu_audit_open(const tpu_audit_config_t *cfg, tpu_audit_t **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (!cfg || !cfg->path || !*cfg->path) {
+    snprintf(err, errlen, "audit log: no path given");
+    return -1;
+  }
+  tpu_audit_t *a = calloc(1, sizeof *a);
+  if (!a) {
+    snprintf(err, errlen, "audit log: out of memory");
+    return -1;
+  }
+  a->fd = -1;
+  a->cfg = *cfg;
+  if (!a->cfg.max_pending) a->cfg.max_pending = 65536;
+  if (!a->cfg.retry_ms) a->cfg.retry_ms = 200;
+  if (!a->cfg.head_interval_ms) a->cfg.head_interval_ms = 1000;
+  a->path = strdup(cfg->path);
+  if (!a->path) goto nomem;
+  a->cfg.path = a->path;
+  if (!cfg->head_path) {
+    size_t n = strlen(cfg->path) + 6;
+    a->head_path = malloc(n);
+    if (!a->head_path) goto nomem;
+    snprintf(a->head_path, n, "%s.head", cfg->path);
+  } else if (*cfg->head_path) {
+    a->head_path = strdup(cfg->head_path);
+    if (!a->head_path) goto nomem;
+  }
+  a->cfg.head_path = a->head_path;
+  a->cfg.key_path = NULL;
+  if (cfg->key_path) {
+    int n = tpu_audit_load_key(cfg->key_path, a->key, sizeof a->key, err, errlen);
+    if (n < 0) goto fail;
+    a->keylen = (size_t)n;
+  }
+  pthread_mutex_init(&a->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&a->cv, &ca);
+  pthread_cond_init(&a->settled_cv, &ca);
+  pthread_condattr_destroy(&ca);
+
+  a->fd = open(a->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+  if (a->fd < 0) {
+    snprintf(err, errlen, "audit log '%s': %s", a->path, strerror(errno));
+    goto fail;
+  }
+  if (recover(a, err, errlen) != 0) goto fail;
+  check_head(a);
+  a->last_sync_us = a->last_head_us = tpu_now_us();
+  if (batch_pending(a)) { /* recovered / rollback records: on disk before we serve */
+    a->blast_seq = a->seq;
+    memcpy(a->blast_hash, a->last_hash, 65);
+    if (commit(a) != 0 || sync_now(a) != 0) {
+      snprintf(err, errlen, "audit log '%s': cannot write: %s", a->path, strerror(errno));
+      goto fail;
+    }
+    write_head(a);
+  }
+  if (pthread_create(&a->thread, NULL, writer_main, a) != 0) {
+    snprintf(err, errlen, "audit log: cannot start the writer thread");
+    goto fail;
+  }
+  a->started = 1;
+  *out = a;
+  return 0;
+nomem:
+  snprintf(err, errlen, "audit log: out of memory");
+fail:
+  if (a->fd >= 0) close(a->fd);
+  free(a->batch.p);
+  free(a->path);
+  free(a->head_path);
+  free(a);
+  return -1;
+}
+
+/* ---- producers ----------------------------------------------------------------------------- */
+
+static size_t cut_len(const char *s, size_t max) {
+  if (!s) return 0;
+  size_t n = strnlen(s, max);
+  /* Don't cut inside a UTF-8 sequence. */
+  if (n == max) while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) n--;
+  return n;
+}
+
+int tpu_audit_submit(tpu_audit_t *a, const tpu_audit_record_t *rec, tpu_audit_done_fn done,
+                     void *arg) {
+  const char *src[F_COUNT] = {rec->kind, rec->request_id, rec->client, rec->model,
+                              rec->version, rec->input_sha256, rec->output_sha256, rec->status,
+                              rec->message};
+  size_t len[F_COUNT], total = 0;
+  for (int i = 0; i < F_COUNT; i++) {
+    len[i] = cut_len(src[i], i == F_MESSAGE ? MESSAGE_MAX : STR_MAX);
+    total += len[i] + 1;
+  }
+  node_t *n = malloc(sizeof *n + total);
+  if (!n) {
+    atomic_fetch_add(&a->st_lost, 1);
+    atomic_fetch_add(&a->lost_unreported, 1);
+    return TPU_AUDIT_LOST;
+  }
+  n->next = NULL;
+  n->done = done;
+  n->arg = arg;
+  n->seq = 0;
+  n->fired = 0;
+  n->rec = *rec;
+  const char **dst[F_COUNT] = {&n->rec.kind, &n->rec.request_id, &n->rec.client, &n->rec.model,
+                               &n->rec.version, &n->rec.input_sha256, &n->rec.output_sha256,
+                               &n->rec.status, &n->rec.message};
+  char *p = n->data;
+  for (int i = 0; i < F_COUNT; i++) {
+    memcpy(p, src[i] ? src[i] : "", len[i]);
+    p[len[i]] = '\0';
+    *dst[i] = p;
+    p += len[i] + 1;
+  }
+  if (!src[F_KIND]) n->rec.kind = TPU_AUDIT_KIND_REQUEST;
+
+  pthread_mutex_lock(&a->mu);
+  if (a->stop || a->nsubmitted - a->nretired >= a->cfg.max_pending) {
+    pthread_mutex_unlock(&a->mu);
+    free(n);
+    atomic_fetch_add(&a->st_lost, 1);
+    atomic_fetch_add(&a->lost_unreported, 1);
+    return TPU_AUDIT_LOST;
+  }
+  int wake = a->qhead == NULL;
+  if (a->qtail) a->qtail->next = n;
+  else a->qhead = n;
+  a->qtail = n;
+  a->qlen++;
+  a->nsubmitted++;
+  atomic_store(&a->st_queued, a->nsubmitted - a->nretired);
+  if (wake) pthread_cond_signal(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+  return 0;
+}
+
+int tpu_audit_flush(tpu_audit_t *a, unsigned timeout_ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += timeout_ms / 1000u;
+  ts.tv_nsec += (long)(timeout_ms % 1000u) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+  pthread_mutex_lock(&a->mu);
+  uint64_t target = a->nsubmitted;
+  int rc = 0;
+  while (a->nsettled < target && rc == 0) {
+    a->flush_req = 1;
+    pthread_cond_signal(&a->cv);
+    rc = pthread_cond_timedwait(&a->settled_cv, &a->mu, &ts);
+  }
+  int ok = a->nsettled >= target;
+  pthread_mutex_unlock(&a->mu);
+  return ok ? 0 : -1;
+}
+
+void tpu_audit_reopen(tpu_audit_t *a) {
+  pthread_mutex_lock(&a->mu);
+  a->reopen = 1;
+  pthread_cond_signal(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+}
+
+int tpu_audit_healthy(const tpu_audit_t *a) { return !atomic_load(&a->failed); }
+
+int tpu_audit_admit(const tpu_audit_t *a) {
+  return a->cfg.fail_open || !atomic_load(&a->failed);
+}
+
+void tpu_audit_stats(const tpu_audit_t *a, tpu_audit_stats_t *out) {
+  out->records_written = atomic_load(&a->st_written);
+  out->records_lost = atomic_load(&a->st_lost);
+  out->bytes_written = atomic_load(&a->st_bytes);
+  out->fsyncs = atomic_load(&a->st_fsyncs);
+  out->write_errors = atomic_load(&a->st_errors);
+  out->rotations = atomic_load(&a->st_rotations);
+  out->seq = atomic_load(&a->st_seq);
+  out->synced_seq = atomic_load(&a->st_synced_seq);
+  out->queued = atomic_load(&a->st_queued);
+  out->failed = atomic_load(&a->failed);
+}
+
+void tpu_audit__inject_error(tpu_audit_t *a, int err) {
+  atomic_store(&a->inject, err);
+  pthread_mutex_lock(&a->mu);
+  pthread_cond_signal(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+}
+
+void tpu_audit_close(tpu_audit_t *a) {
+  if (!a) return;
+  if (a->started) {
+    pthread_mutex_lock(&a->mu);
+    a->stop = 1;
+    pthread_cond_signal(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    pthread_join(a->thread, NULL);
+  }
+  if (a->fd >= 0) close(a->fd);
+  pthread_mutex_destroy(&a->mu);
+  pthread_cond_destroy(&a->cv);
+  pthread_cond_destroy(&a->settled_cv);
+  free(a->batch.p);
+  free(a->path);
+  free(a->head_path);
+  free(a);
+}

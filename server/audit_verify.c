@@ -1,0 +1,409 @@
+/*
+ * audit_verify.c - the audit log verifier and the `tpuctl audit verify` command.
+ *
+ * DESIGN
+ * One pass over the files with getline(): each line is parsed and its hash recomputed with the
+ * same tpu__audit_parse_line the writer's recovery uses (audit.c), then checked against the
+ * previous record (seq + 1, prev = previous hash). A gap is told apart from a swap by peeking at
+ * the next line. Lines that are not records start a "region" that must be closed by a
+ * "recovered" record vouching for exactly its bytes, else the first of them is the fault.
+ * Never writes anything; never allocates more than the longest line.
+ */
+#define _GNU_SOURCE /* getline */
+#include "audit_verify.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "audit.h"
+#include "audit_int.h"
+
+static const char *const fault_names[] = {"ok",        "torn",       "changed",    "forged",
+                                          "missing",   "reordered",  "duplicated", "chain",
+                                          "rolled back", "rewritten", "head",      "io"};
+
+const char *tpu_audit_fault_name(tpu_audit_fault_t f) {
+  return (unsigned)f < sizeof fault_names / sizeof fault_names[0] ? fault_names[f] : "unknown";
+}
+
+typedef struct {
+  const tpu_audit_verify_opts_t *o;
+  tpu_audit_verify_result_t *res;
+  int have_last;
+  int have_head;
+  uint64_t head_seq;
+  char head_hash[65];
+  /* The open region of non-record lines. */
+  int region;
+  const char *rfile;
+  uint64_t rline, rseq, rlen;
+  char rwhy[256];
+  EVP_MD_CTX *rctx;
+} vstate_t;
+
+static tpu_audit_fault_t fault(vstate_t *v, tpu_audit_fault_t f, const char *file, uint64_t line,
+                               uint64_t seq, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+static tpu_audit_fault_t fault(vstate_t *v, tpu_audit_fault_t f, const char *file, uint64_t line,
+                               uint64_t seq, const char *fmt, ...) {
+  tpu_audit_verify_result_t *r = v->res;
+  r->fault = f;
+  snprintf(r->file, sizeof r->file, "%s", file ? file : "");
+  r->line = line;
+  r->seq = seq;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->what, sizeof r->what, fmt, ap);
+  va_end(ap);
+  return f;
+}
+
+static void region_add(vstate_t *v, const char *file, uint64_t line, const char *s, size_t n,
+                       const char *why) {
+  if (!v->region) {
+    v->region = 1;
+    v->rfile = file;
+    v->rline = line;
+    v->rseq = tpu__audit_raw_seq(s, n);
+    v->rlen = 0;
+    snprintf(v->rwhy, sizeof v->rwhy, "%s", why);
+    EVP_DigestInit_ex(v->rctx, EVP_sha256(), NULL);
+  } else {
+    EVP_DigestUpdate(v->rctx, "\n", 1);
+    v->rlen++;
+  }
+  EVP_DigestUpdate(v->rctx, s, n);
+  v->rlen += n;
+}
+
+static tpu_audit_fault_t region_fault(vstate_t *v) {
+  tpu_audit_verify_result_t *r = v->res;
+  if (v->rseq)
+    return fault(v, TPU_AUDIT_FAULT_CHANGED, v->rfile, v->rline, v->rseq,
+                 "changed: seq %" PRIu64 " is not a valid record (%s)", v->rseq, v->rwhy);
+  if (v->have_last)
+    return fault(v, TPU_AUDIT_FAULT_CHANGED, v->rfile, v->rline, 0,
+                 "changed: the line after seq %" PRIu64 " is not a valid record (%s)",
+                 r->last_seq, v->rwhy);
+  return fault(v, TPU_AUDIT_FAULT_CHANGED, v->rfile, v->rline, 0,
+               "changed: the first line is not a valid record (%s)", v->rwhy);
+}
+
+/* Does a "recovered" record vouch for the open region? */
+static int region_vouched(vstate_t *v, const tpu__audit_line_t *L) {
+  if (strcmp(L->kind, TPU_AUDIT_KIND_RECOVERED) != 0) return 0;
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int mdlen = 0;
+  EVP_MD_CTX *c = EVP_MD_CTX_new();
+  if (!c) return 0;
+  EVP_MD_CTX_copy_ex(c, v->rctx);
+  EVP_DigestFinal_ex(c, md, &mdlen);
+  EVP_MD_CTX_free(c);
+  char hex[65];
+  for (unsigned i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+  char want[200];
+  snprintf(want, sizeof want, TPU__AUDIT_TORN_FMT, (size_t)v->rlen, hex);
+  return strcmp(want, L->message) == 0;
+}
+
+static int read_head(vstate_t *v, const char *path) {
+  json_error_t jerr;
+  json_t *h = json_load_file(path, 0, &jerr);
+  json_t *seq = h ? json_object_get(h, "seq") : NULL;
+  json_t *hash = h ? json_object_get(h, "hash") : NULL;
+  if (!json_is_integer(seq) || json_integer_value(seq) <= 0 || !json_is_string(hash) ||
+      strlen(json_string_value(hash)) != 64) {
+    fault(v, TPU_AUDIT_FAULT_IO, path, 0, 0,
+          "head file: %s", h ? "expected {\"seq\":N,\"hash\":\"<64 hex>\",...}" : jerr.text);
+    json_decref(h);
+    return -1;
+  }
+  v->have_head = 1;
+  v->head_seq = (uint64_t)json_integer_value(seq);
+  memcpy(v->head_hash, json_string_value(hash), 65);
+  v->res->head_seq = v->head_seq;
+  json_decref(h);
+  return 0;
+}
+
+/* Checks one valid record against the chain; returns OK or the fault. */
+static tpu_audit_fault_t check_record(vstate_t *v, const tpu__audit_line_t *L, const char *file,
+                                      uint64_t lineno, FILE *f) {
+  tpu_audit_verify_result_t *r = v->res;
+  if (v->have_last) {
+    uint64_t want = r->last_seq + 1;
+    if (L->seq == want) {
+      if (strcmp(L->prev, r->last_hash) != 0)
+        return fault(v, TPU_AUDIT_FAULT_CHAIN, file, lineno, L->seq,
+                     "chain broken: prev of seq %" PRIu64 " is not the hash of seq %" PRIu64
+                     " (a record was inserted or replaced)",
+                     L->seq, r->last_seq);
+    } else if (L->seq == r->last_seq) {
+      return fault(v, TPU_AUDIT_FAULT_DUPLICATED, file, lineno, L->seq,
+                   "duplicated: seq %" PRIu64 " appears twice%s", L->seq,
+                   strcmp(L->hash, r->last_hash) == 0 ? " (an exact copy)" : "");
+    } else if (L->seq < r->last_seq) {
+      return fault(v, TPU_AUDIT_FAULT_REORDERED, file, lineno, L->seq,
+                   "reordered: seq %" PRIu64 " comes after seq %" PRIu64, L->seq, r->last_seq);
+    } else {
+      /* A gap: is the missing record just after this one (a swap)? */
+      char *peek = NULL;
+      size_t cap = 0;
+      ssize_t n = f ? getline(&peek, &cap, f) : -1;
+      uint64_t next = n > 0 ? tpu__audit_raw_seq(peek, (size_t)n) : 0;
+      free(peek);
+      if (next == want)
+        return fault(v, TPU_AUDIT_FAULT_REORDERED, file, lineno, L->seq,
+                     "reordered: seq %" PRIu64 " comes before seq %" PRIu64, L->seq, want);
+      if (L->seq - want == 1)
+        return fault(v, TPU_AUDIT_FAULT_MISSING, file, lineno, L->seq,
+                     "missing: seq %" PRIu64 " is not there (1 record removed before seq %" PRIu64
+                     ")", want, L->seq);
+      return fault(v, TPU_AUDIT_FAULT_MISSING, file, lineno, L->seq,
+                   "missing: seq %" PRIu64 "..%" PRIu64 " are not there (%" PRIu64
+                   " records removed before seq %" PRIu64 ")",
+                   want, L->seq - 1, L->seq - want, L->seq);
+    }
+  } else {
+    int genesis = strcmp(L->prev, TPU__AUDIT_ZERO_HASH) == 0;
+    if ((L->seq == 1) != genesis)
+      return fault(v, TPU_AUDIT_FAULT_CHAIN, file, lineno, L->seq,
+                   "chain broken: seq %" PRIu64 " %s", L->seq,
+                   genesis ? "claims to be the first record (zero prev)"
+                           : "is seq 1 but its prev is not zero");
+    /* A log starts at seq 1; a later file of it starts with the rotate record. */
+    if (L->seq != 1 && strcmp(L->kind, TPU_AUDIT_KIND_ROTATE) != 0)
+      return fault(v, TPU_AUDIT_FAULT_MISSING, file, lineno, L->seq,
+                   "missing: the first record is seq %" PRIu64 " (%s), neither seq 1 nor the "
+                   "rotate record a file starts with: records before it were removed",
+                   L->seq, L->kind);
+    r->first_seq = L->seq;
+  }
+  if (v->have_head && L->seq == v->head_seq && strcmp(L->hash, v->head_hash) != 0)
+    return fault(v, TPU_AUDIT_FAULT_REWRITTEN, file, lineno, L->seq,
+                 "rewritten: seq %" PRIu64 " has hash %.12s..., the head file says %.12s...: "
+                 "the log from here on was rewritten",
+                 L->seq, L->hash, v->head_hash);
+  v->have_last = 1;
+  r->last_seq = L->seq;
+  memcpy(r->last_hash, L->hash, 65);
+  r->records++;
+  return TPU_AUDIT_VERIFY_OK;
+}
+
+static tpu_audit_fault_t verify_file(vstate_t *v, const char *file, int is_last) {
+  FILE *f = fopen(file, "rb");
+  if (!f) return fault(v, TPU_AUDIT_FAULT_IO, file, 0, 0, "cannot open: %s", strerror(errno));
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t got;
+  uint64_t lineno = 0;
+  tpu_audit_fault_t rc = TPU_AUDIT_VERIFY_OK;
+  while (rc == TPU_AUDIT_VERIFY_OK && (got = getline(&line, &cap, f)) > 0) {
+    size_t n = (size_t)got;
+    lineno++;
+    if (line[n - 1] != '\n') { /* only the end of a file */
+      uint64_t raw = tpu__audit_raw_seq(line, n);
+      if (v->region) {
+        rc = region_fault(v);
+      } else if (is_last) {
+        rc = fault(v, TPU_AUDIT_FAULT_TORN, file, lineno, raw,
+                   "torn: the last line (%zu bytes%s) has no newline: the log was cut "
+                   "mid-write, as a crash does; %" PRIu64 " records before it verify",
+                   n, raw ? ", a partial record" : "", v->res->records);
+      } else {
+        rc = fault(v, TPU_AUDIT_FAULT_CHANGED, file, lineno, raw,
+                   "changed: the file ends in an incomplete line (%zu bytes) but is not the "
+                   "last file",
+                   n);
+      }
+      break;
+    }
+    n--;
+    tpu__audit_line_t L;
+    tpu__line_result_t lr =
+        tpu__audit_parse_line(line, n, v->o->key, v->o->keylen, &L);
+    if (lr == TPU__LINE_MALFORMED) {
+      region_add(v, file, lineno, line, n, L.why);
+      continue;
+    }
+    if (v->region) {
+      if (lr != TPU__LINE_OK || !region_vouched(v, &L)) {
+        rc = region_fault(v);
+        break;
+      }
+      v->region = 0;
+      v->res->recovered++;
+    }
+    if (lr == TPU__LINE_MISMATCH) {
+      rc = fault(v, TPU_AUDIT_FAULT_CHANGED, file, lineno, L.seq,
+                 "changed: the hash of seq %" PRIu64 " does not match its contents%s", L.seq,
+                 v->o->keylen ? " (or the key is wrong)"
+                              : " (or the log is keyed: pass --key)");
+      break;
+    }
+    if (lr == TPU__LINE_FORGED) {
+      rc = fault(v, TPU_AUDIT_FAULT_FORGED, file, lineno, L.seq,
+                 "forged: seq %" PRIu64 " carries a plain SHA-256, not the HMAC with this key",
+                 L.seq);
+      break;
+    }
+    rc = check_record(v, &L, file, lineno, f);
+  }
+  if (rc == TPU_AUDIT_VERIFY_OK && ferror(f))
+    rc = fault(v, TPU_AUDIT_FAULT_IO, file, lineno + 1, 0, "read error");
+  if (rc == TPU_AUDIT_VERIFY_OK && v->region) rc = region_fault(v);
+  free(line);
+  fclose(f);
+  return rc;
+}
+
+tpu_audit_fault_t tpu_audit_verify(const char *const *files, size_t nfiles,
+                                   const tpu_audit_verify_opts_t *opts,
+                                   tpu_audit_verify_result_t *res) {
+  static const tpu_audit_verify_opts_t none = {0};
+  memset(res, 0, sizeof *res);
+  vstate_t v = {.o = opts ? opts : &none, .res = res};
+  if (v.o->head_path && read_head(&v, v.o->head_path) != 0) return res->fault;
+  v.rctx = EVP_MD_CTX_new();
+  if (!v.rctx) return fault(&v, TPU_AUDIT_FAULT_IO, "", 0, 0, "out of memory");
+  tpu_audit_fault_t rc = TPU_AUDIT_VERIFY_OK;
+  for (size_t i = 0; i < nfiles && rc == TPU_AUDIT_VERIFY_OK; i++)
+    rc = verify_file(&v, files[i], i + 1 == nfiles);
+  EVP_MD_CTX_free(v.rctx);
+  if (rc != TPU_AUDIT_VERIFY_OK || !v.have_head) return rc;
+  const char *lastf = nfiles ? files[nfiles - 1] : "";
+  if (!v.have_last || v.head_seq > res->last_seq)
+    return fault(&v, TPU_AUDIT_FAULT_ROLLBACK, lastf, 0, res->last_seq + 1,
+                 "rolled back: the log ends at seq %" PRIu64 " but the head file says seq %" PRIu64
+                 ": %" PRIu64 " records at the end were cut off, or an older copy was restored",
+                 res->last_seq, v.head_seq, v.head_seq - res->last_seq);
+  if (v.head_seq < res->first_seq)
+    return fault(&v, TPU_AUDIT_FAULT_HEAD, lastf, 0, 0,
+                 "head file seq %" PRIu64 " is before the first record given (seq %" PRIu64
+                 "): pass the older files too",
+                 v.head_seq, res->first_seq);
+  return TPU_AUDIT_VERIFY_OK;
+}
+
+/* ---- tpuctl audit verify ---------------------------------------------------------------- */
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: tpuctl audit verify [--key FILE] [--head FILE] [--allow-torn] FILE...\n"
+          "\n"
+          "Checks an audit log: sequence, hash chain and each record's hash. Give rotated\n"
+          "files oldest first (e.g. audit.log.0* audit.log).\n"
+          "\n"
+          "  --key FILE     HMAC key the log was written with (tpud --audit-key)\n"
+          "  --head FILE    head file (tpud --audit-head, a copy kept elsewhere): detects a log\n"
+          "                 that was cut at the end, rewritten, or restored from an older copy\n"
+          "  --allow-torn   exit 0 when the only fault is a torn last line (after a crash)\n"
+          "  -h, --help     this text\n"
+          "\n"
+          "Prints OK with the record count and the chain head, or the first bad record (file,\n"
+          "line, seq) and what is wrong with it. Exit status: 0 OK, 1 fault, 2 usage or an\n"
+          "unreadable file.\n");
+}
+
+int tpu_audit_verify_cli(int argc, char **argv, FILE *out, FILE *err) {
+  const char *key_path = NULL, *head_path = NULL;
+  int allow_torn = 0, i = 1;
+  for (; i < argc; i++) {
+    const char *a = argv[i];
+    const char **dst = NULL;
+    const char *name = NULL;
+    if (strcmp(a, "--") == 0) {
+      i++;
+      break;
+    }
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      usage(out);
+      return 0;
+    }
+    if (strcmp(a, "--allow-torn") == 0) {
+      allow_torn = 1;
+      continue;
+    }
+    if (strncmp(a, "--key", 5) == 0 && (a[5] == '\0' || a[5] == '=')) dst = &key_path, name = "--key";
+    else if (strncmp(a, "--head", 6) == 0 && (a[6] == '\0' || a[6] == '='))
+      dst = &head_path, name = "--head";
+    if (dst) {
+      const char *eq = strchr(a, '=');
+      if (eq) *dst = eq + 1;
+      else if (i + 1 < argc) *dst = argv[++i];
+      else {
+        fprintf(err, "tpuctl audit verify: %s needs a FILE argument\n", name);
+        return 2;
+      }
+      if (!**dst) {
+        fprintf(err, "tpuctl audit verify: %s needs a non-empty FILE\n", name);
+        return 2;
+      }
+      continue;
+    }
+    if (a[0] == '-' && a[1] != '\0') {
+      fprintf(err, "tpuctl audit verify: unknown option '%s' (try --help)\n", a);
+      return 2;
+    }
+    break;
+  }
+  if (i >= argc) {
+    fprintf(err, "tpuctl audit verify: no log FILE given\n");
+    usage(err);
+    return 2;
+  }
+  uint8_t key[TPU__AUDIT_KEY_MAX];
+  int keylen = 0;
+  if (key_path) {
+    char msg[512];
+    keylen = tpu_audit_load_key(key_path, key, sizeof key, msg, sizeof msg);
+    if (keylen < 0) {
+      fprintf(err, "tpuctl audit verify: %s\n", msg);
+      return 2;
+    }
+  }
+  tpu_audit_verify_opts_t o = {.key = keylen ? key : NULL, .keylen = (size_t)keylen,
+                               .head_path = head_path};
+  tpu_audit_verify_result_t *r = malloc(sizeof *r);
+  if (!r) {
+    fprintf(err, "tpuctl audit verify: out of memory\n");
+    return 2;
+  }
+  size_t nfiles = (size_t)(argc - i);
+  tpu_audit_fault_t f = tpu_audit_verify((const char *const *)argv + i, nfiles, &o, r);
+  int rc;
+  char where[1200] = "";
+  if (f != TPU_AUDIT_VERIFY_OK && r->line)
+    snprintf(where, sizeof where, "%s line %" PRIu64 ": ", r->file, r->line);
+  else if (f != TPU_AUDIT_VERIFY_OK && r->file[0])
+    snprintf(where, sizeof where, "%s: ", r->file);
+  if (f == TPU_AUDIT_FAULT_IO) {
+    fprintf(err, "tpuctl audit verify: %s%s\n", where, r->what);
+    rc = 2;
+  } else if (f == TPU_AUDIT_VERIFY_OK || (f == TPU_AUDIT_FAULT_TORN && allow_torn)) {
+    if (f == TPU_AUDIT_FAULT_TORN) fprintf(out, "TORN (allowed): %s%s\n", where, r->what);
+    fprintf(out, "OK: %" PRIu64 " records", r->records);
+    if (r->records)
+      fprintf(out, ", seq %" PRIu64 "..%" PRIu64 ", head seq %" PRIu64 " hash %s", r->first_seq,
+              r->last_seq, r->last_seq, r->last_hash);
+    fprintf(out, " (%zu file%s%s", nfiles, nfiles == 1 ? "" : "s", keylen ? ", HMAC" : "");
+    if (head_path) fprintf(out, ", matches head file at seq %" PRIu64, r->head_seq);
+    if (r->recovered)
+      fprintf(out, ", %" PRIu64 " torn tail%s vouched for by recovered records", r->recovered,
+              r->recovered == 1 ? "" : "s");
+    fprintf(out, ")\n");
+    rc = 0;
+  } else {
+    fprintf(out, "%s: %s%s\n", f == TPU_AUDIT_FAULT_TORN ? "TORN" : "FAULT", where, r->what);
+    rc = 1;
+  }
+  free(r);
+  return rc;
+}

@@ -1,0 +1,143 @@
+/*
+ * compute.c - the MatMul pool: model-free products on compute threads.
+ *
+ * DESIGN
+ * A fixed set of threads takes calls FIFO from one queue (mutex + condition variable: these
+ * threads have no event loop to wake, so a condvar is their wake-up). Before computing, a call
+ * whose client disconnected (CANCELLED) or whose deadline passed (DEADLINE_EXCEEDED) is answered
+ * without compute. The result goes back to the owning I/O thread's queue; nothing here touches a
+ * socket or a connection.
+ *
+ * Lock rules: `mu` guards head/tail/stopping/aborting only; it is never held while computing or
+ * while pushing a completion.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "log.h"
+#include "server_int.h"
+
+struct tpu__mmpool {
+  tpu_server_t *srv;
+  pthread_t *threads;
+  unsigned nthreads;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  tpu_qnode_t *head, *tail;
+  int stopping, aborting;
+};
+
+static void run_matmul(tpu__mmpool_t *p, tpu__call_t *call, int aborting) {
+  uint64_t now = tpu_now_us();
+  if (aborting) {
+    call->code = TPU_CODE_UNAVAILABLE;
+    snprintf(call->msg_text, sizeof call->msg_text, "matmul: server is shutting down");
+  } else if (atomic_load(&call->cancel)) {
+    call->code = TPU_CODE_CANCELLED;
+    snprintf(call->msg_text, sizeof call->msg_text, "matmul: client disconnected");
+  } else if (call->deadline_us && now >= call->deadline_us) {
+    call->code = TPU_CODE_DEADLINE_EXCEEDED;
+    snprintf(call->msg_text, sizeof call->msg_text,
+             "matmul: deadline expired while queued; not computed");
+  } else if (!(call->c = malloc(call->m * call->n * 4))) {
+    call->code = TPU_CODE_RESOURCE_EXHAUSTED;
+    snprintf(call->msg_text, sizeof call->msg_text, "matmul: out of memory for the result");
+  } else {
+    tpu_status_t st = tpu_matmul(p->srv->engine, (tpu_dtype_t)call->dtype, call->m, call->k,
+                                 call->n, call->mm->a->data.data, call->mm->b->data.data, call->c);
+    call->compute_us = tpu_now_us() - now;
+    tpu_stats_inc(&tpu_stats.matmuls, 1);
+    tpu_hist_observe(&tpu_stats.matmul_us, tpu_hist_us_bounds, TPU_HIST_US_NBOUNDS,
+                     call->compute_us);
+    if (st != TPU_OK) {
+      call->code = st == TPU_ENOMEM ? TPU_CODE_RESOURCE_EXHAUSTED : TPU_CODE_INVALID_ARGUMENT;
+      snprintf(call->msg_text, sizeof call->msg_text, "matmul: engine: %s", tpu_strerror(st));
+    } else {
+      call->code = TPU_CODE_OK;
+    }
+  }
+  tpu__call_complete(call);
+}
+
+static void *pool_main(void *arg) {
+  tpu__mmpool_t *p = arg;
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    while (!p->head && !p->stopping) pthread_cond_wait(&p->cv, &p->mu);
+    if (!p->head) break;
+    tpu_qnode_t *n = p->head;
+    p->head = n->next;
+    if (!p->head) p->tail = NULL;
+    int aborting = p->aborting;
+    pthread_mutex_unlock(&p->mu);
+    run_matmul(p, tpu_container_of(n, tpu__call_t, job_link), aborting);
+    pthread_mutex_lock(&p->mu);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+int tpu__mmpool_create(tpu_server_t *srv, unsigned threads, tpu__mmpool_t **out) {
+  tpu__mmpool_t *p = calloc(1, sizeof *p);
+  if (!p) return -1;
+  p->srv = srv;
+  p->threads = calloc(threads, sizeof *p->threads);
+  if (!p->threads) goto fail;
+  if (pthread_mutex_init(&p->mu, NULL) != 0) goto fail;
+  if (pthread_cond_init(&p->cv, NULL) != 0) {
+    pthread_mutex_destroy(&p->mu);
+    goto fail;
+  }
+  for (unsigned i = 0; i < threads; i++) {
+    if (pthread_create(&p->threads[i], NULL, pool_main, p) != 0) {
+      tpu__mmpool_free(p);
+      return -1;
+    }
+    p->nthreads++;
+  }
+  *out = p;
+  return 0;
+fail:
+  free(p->threads);
+  free(p);
+  return -1;
+}
+
+int tpu__mmpool_submit(tpu__mmpool_t *p, tpu__call_t *call) {
+  call->job_link.next = NULL;
+  pthread_mutex_lock(&p->mu);
+  if (p->stopping) {
+    pthread_mutex_unlock(&p->mu);
+    return -1;
+  }
+  if (p->tail)
+    p->tail->next = &call->job_link;
+  else
+    p->head = &call->job_link;
+  p->tail = &call->job_link;
+  pthread_cond_signal(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  return 0;
+}
+
+void tpu__mmpool_stop(tpu__mmpool_t *p, int abort) {
+  pthread_mutex_lock(&p->mu);
+  p->stopping = 1;
+  if (abort) p->aborting = 1;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  for (unsigned i = 0; i < p->nthreads; i++) pthread_join(p->threads[i], NULL);
+  p->nthreads = 0;
+}
+
+void tpu__mmpool_free(tpu__mmpool_t *p) {
+  if (!p) return;
+  tpu__mmpool_stop(p, 1);
+  pthread_cond_destroy(&p->cv);
+  pthread_mutex_destroy(&p->mu);
+  free(p->threads);
+  free(p);
+}

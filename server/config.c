@@ -1,0 +1,348 @@
+/*
+ * config.c - the option table, --help, the JSON config file and flag parsing.
+ *
+ * DESIGN
+ * Each option appears exactly once, in `options` below; --help, the JSON keys and the flags are
+ * all generated from it, so they cannot disagree. Numbers are parsed strictly (decimal digits
+ * only, range-checked); nothing here touches global state or exits.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef enum { OPT_STR, OPT_UINT, OPT_U64, OPT_LEVEL } opt_type_t;
+
+typedef struct {
+  const char *name;   /* flag without "--", and JSON key */
+  opt_type_t type;
+  size_t offset;      /* into tpu_config_t */
+  size_t size;        /* OPT_STR: buffer size */
+  uint64_t min, max;  /* numeric range, inclusive */
+  const char *dflt;   /* default, as shown by --help */
+  const char *unit;   /* unit shown by --help ("" when none) */
+  const char *help;
+} opt_t;
+
+#define OFF(f) offsetof(tpu_config_t, f)
+#define SZ(f) sizeof(((tpu_config_t *)0)->f)
+
+static const opt_t options[] = {
+    {"models", OPT_STR, OFF(models), SZ(models), 0, 0, "./models", "directory",
+     "model repository: <dir>/<name>/<version>/model.json"},
+    {"listen", OPT_STR, OFF(listen), SZ(listen), 0, 0, "127.0.0.1", "address",
+     "address the listeners bind"},
+    {"port", OPT_UINT, OFF(port), 0, 0, 65535, "8500", "port",
+     "native protocol port; 0 picks a free port (the listening log line names it)"},
+    {"http-port", OPT_UINT, OFF(http_port), 0, 0, 65535, "8501", "port",
+     "HTTP/1.1 port: OIP v2 REST JSON, /metrics, /v2/debug; 0 picks a free port"},
+    {"http-max-body-bytes", OPT_U64, OFF(http_max_body_bytes), 0, 1024, (uint64_t)1 << 31,
+     "16777216", "bytes", "largest HTTP request body; larger ones get 413 (16 MiB)"},
+    {"http-max-header-bytes", OPT_UINT, OFF(http_max_header_bytes), 0, 256, 1u << 20, "16384",
+     "bytes", "largest HTTP request line plus headers; larger requests are refused"},
+    {"http-timeout-s", OPT_UINT, OFF(http_timeout_s), 0, 1, 86400, "60", "seconds",
+     "HTTP read and write timeout; also closes idle keep-alive connections"},
+    {"threads", OPT_UINT, OFF(threads), 0, 1, 1024, "number of CPUs", "threads",
+     "compute threads (engine and MatMul pool)"},
+    {"io-threads", OPT_UINT, OFF(io_threads), 0, 1, 256, "1", "threads",
+     "network I/O threads (each owns its connections)"},
+    {"max-connections", OPT_UINT, OFF(max_connections), 0, 1, 1000000, "1024", "connections",
+     "open connections at once; more are closed at accept and counted"},
+    {"idle-timeout-s", OPT_UINT, OFF(idle_timeout_s), 0, 0, 86400 * 7, "300", "seconds",
+     "close a connection idle this long with nothing in flight; 0 disables"},
+    {"max-message-bytes", OPT_U64, OFF(max_message_bytes), 0, 64, (uint64_t)1 << 31, "67108864",
+     "bytes", "largest frame accepted or sent (64 MiB)"},
+    {"max-inflight-per-conn", OPT_UINT, OFF(max_inflight_per_conn), 0, 1, 1000000, "128",
+     "requests", "stop reading a connection with more requests than this in flight"},
+    {"max-unsent-bytes", OPT_U64, OFF(max_unsent_bytes), 0, 1024, (uint64_t)1 << 34, "16777216",
+     "bytes", "stop reading a connection with more unsent output than this (16 MiB)"},
+    {"queue-rows", OPT_UINT, OFF(queue_rows), 0, 1, 100000000, "4096", "rows",
+     "rows queued per model version; beyond it requests get RESOURCE_EXHAUSTED"},
+    {"drain-timeout-s", OPT_UINT, OFF(drain_timeout_s), 0, 0, 3600, "10", "seconds",
+     "on SIGTERM/SIGINT, time in-flight requests get to finish"},
+    {"poll-seconds", OPT_UINT, OFF(poll_seconds), 0, 0, 86400, "5", "seconds",
+     "model repository rescan period (SIGHUP also rescans); 0 disables"},
+    {"log-level", OPT_LEVEL, OFF(log_level), 0, 0, 0, "info", "debug|info|warn|error",
+     "least severe level written to stderr"},
+};
+#define NOPTIONS (sizeof options / sizeof options[0])
+
+void tpu_config_defaults(tpu_config_t *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  snprintf(cfg->models, sizeof cfg->models, "./models");
+  snprintf(cfg->listen, sizeof cfg->listen, "127.0.0.1");
+  cfg->port = 8500;
+  cfg->http_port = 8501;
+  cfg->http_max_body_bytes = 16u << 20;
+  cfg->http_max_header_bytes = 16384;
+  cfg->http_timeout_s = 60;
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  cfg->threads = n > 0 ? (unsigned)n : 1;
+  cfg->io_threads = 1;
+  cfg->max_connections = 1024;
+  cfg->idle_timeout_s = 300;
+  cfg->max_message_bytes = 64u << 20;
+  cfg->max_inflight_per_conn = 128;
+  cfg->max_unsent_bytes = 16u << 20;
+  cfg->queue_rows = 4096;
+  cfg->drain_timeout_s = 10;
+  cfg->poll_seconds = 5;
+  cfg->log_level = TPU_LOG_INFO;
+}
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+static const opt_t *find_opt(const char *name, size_t len) {
+  for (size_t i = 0; i < NOPTIONS; i++)
+    if (strlen(options[i].name) == len && strncmp(options[i].name, name, len) == 0)
+      return &options[i];
+  return NULL;
+}
+
+/* Stores `value` (text) into the option; -1 with err on a bad value. */
+static int set_value(tpu_config_t *cfg, const opt_t *o, const char *value, const char *src,
+                     char *err, size_t errlen) {
+  char *field = (char *)cfg + o->offset;
+  switch (o->type) {
+  case OPT_STR:
+    if (!*value || strlen(value) >= o->size) {
+      seterr(err, errlen, "%s: option '%s' needs a non-empty %s of at most %zu bytes", src,
+             o->name, o->unit, o->size - 1);
+      return -1;
+    }
+    memcpy(field, value, strlen(value) + 1);
+    return 0;
+  case OPT_LEVEL:
+    if (tpu_log_parse_level(value, (tpu_log_level_t *)(void *)field) != 0) {
+      seterr(err, errlen, "%s: option '%s' must be one of debug, info, warn, error; got '%s'",
+             src, o->name, value);
+      return -1;
+    }
+    return 0;
+  case OPT_UINT:
+  case OPT_U64: {
+    const char *p = value;
+    if (!*p) goto bad;
+    for (; *p; p++)
+      if (*p < '0' || *p > '9') goto bad;
+    errno = 0;
+    unsigned long long v = strtoull(value, NULL, 10);
+    if (errno || v < o->min || v > o->max) goto bad;
+    if (o->type == OPT_UINT)
+      *(unsigned *)(void *)field = (unsigned)v;
+    else
+      *(uint64_t *)(void *)field = (uint64_t)v;
+    return 0;
+  bad:
+    seterr(err, errlen, "%s: option '%s' needs an integer from %llu to %llu (%s); got '%s'", src,
+           o->name, (unsigned long long)o->min, (unsigned long long)o->max, o->unit, value);
+    return -1;
+  }
+  }
+  return -1;
+}
+
+int tpu_config_apply_json(tpu_config_t *cfg, const char *text, const char *what, char *err,
+                          size_t errlen) {
+  json_error_t jerr;
+  json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+  if (!root) {
+    seterr(err, errlen, "%s: invalid JSON at line %d column %d: %s", what, jerr.line,
+           jerr.column, jerr.text);
+    return -1;
+  }
+  int rc = -1;
+  if (!json_is_object(root)) {
+    seterr(err, errlen, "%s: expected a JSON object of options", what);
+    goto out;
+  }
+  const char *key;
+  json_t *val;
+  json_object_foreach(root, key, val) {
+    const opt_t *o = find_opt(key, strlen(key));
+    if (!o) {
+      seterr(err, errlen, "%s: unknown option '%s' (see tpud --help)", what, key);
+      goto out;
+    }
+    char buf[64];
+    const char *text_val;
+    if (json_is_string(val) && (o->type == OPT_STR || o->type == OPT_LEVEL)) {
+      text_val = json_string_value(val);
+    } else if (json_is_integer(val) && (o->type == OPT_UINT || o->type == OPT_U64)) {
+      json_int_t v = json_integer_value(val);
+      if (v < 0) {
+        seterr(err, errlen, "%s: option '%s' must not be negative; got %lld", what, key,
+               (long long)v);
+        goto out;
+      }
+      snprintf(buf, sizeof buf, "%lld", (long long)v);
+      text_val = buf;
+    } else {
+      seterr(err, errlen, "%s: option '%s' needs a JSON %s", what, key,
+             o->type == OPT_STR || o->type == OPT_LEVEL ? "string" : "integer");
+      goto out;
+    }
+    if (set_value(cfg, o, text_val, what, err, errlen) != 0) goto out;
+  }
+  rc = 0;
+out:
+  json_decref(root);
+  return rc;
+}
+
+static int load_file(tpu_config_t *cfg, const char *path, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    seterr(err, errlen, "--config %s: cannot open: %s", path, strerror(errno));
+    return -1;
+  }
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  int rc = -1;
+  for (;;) {
+    if (len + 4096 + 1 > cap) {
+      if (cap > (1u << 20)) {
+        seterr(err, errlen, "--config %s: larger than 1 MiB", path);
+        goto out;
+      }
+      char *nb = realloc(buf, cap = cap ? cap * 2 : 8192);
+      if (!nb) {
+        seterr(err, errlen, "--config %s: out of memory", path);
+        goto out;
+      }
+      buf = nb;
+    }
+    size_t n = fread(buf + len, 1, cap - len - 1, f);
+    len += n;
+    if (n == 0) break;
+  }
+  if (ferror(f)) {
+    seterr(err, errlen, "--config %s: read error", path);
+    goto out;
+  }
+  buf[len] = 0;
+  rc = tpu_config_apply_json(cfg, buf, path, err, errlen);
+out:
+  free(buf);
+  fclose(f);
+  return rc;
+}
+
+/* Splits argv[*i] into name and value ("--name=value" or "--name value"). */
+static int flag_at(int argc, char **argv, int *i, const char **name, size_t *nlen,
+                   const char **value, char *err, size_t errlen) {
+  const char *a = argv[*i];
+  if (strncmp(a, "--", 2) != 0 || a[2] == 0) {
+    seterr(err, errlen, "unexpected argument '%s' (options start with --; see tpud --help)", a);
+    return -1;
+  }
+  *name = a + 2;
+  const char *eq = strchr(*name, '=');
+  if (eq) {
+    *nlen = (size_t)(eq - *name);
+    *value = eq + 1;
+    return 0;
+  }
+  *nlen = strlen(*name);
+  if (*nlen == 4 && strncmp(*name, "help", 4) == 0) {
+    *value = NULL;
+    return 0;
+  }
+  if (!(*nlen == 6 && strncmp(*name, "config", 6) == 0) && !find_opt(*name, *nlen)) {
+    seterr(err, errlen, "unknown option '--%s' (see tpud --help)", *name);
+    return -1;
+  }
+  if (*i + 1 >= argc) {
+    seterr(err, errlen, "option '--%s' needs a value", *name);
+    return -1;
+  }
+  *value = argv[++*i];
+  return 0;
+}
+
+tpu_config_result_t tpu_config_parse(tpu_config_t *cfg, int argc, char **argv, char *err,
+                                     size_t errlen) {
+  /* Pass 1: --help, --config, and unknown flags (so a typo is reported before the file). */
+  const char *config_file = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return TPU_CONFIG_HELP;
+    const char *name, *value;
+    size_t nlen;
+    if (flag_at(argc, argv, &i, &name, &nlen, &value, err, errlen) != 0) return TPU_CONFIG_ERROR;
+    if (nlen == 6 && strncmp(name, "config", 6) == 0) {
+      config_file = value;
+    } else if (!find_opt(name, nlen)) {
+      seterr(err, errlen, "unknown option '--%.*s' (see tpud --help)", (int)nlen, name);
+      return TPU_CONFIG_ERROR;
+    }
+  }
+  if (config_file && load_file(cfg, config_file, err, errlen) != 0) return TPU_CONFIG_ERROR;
+  /* Pass 2: flags over the file. */
+  for (int i = 1; i < argc; i++) {
+    const char *name, *value;
+    size_t nlen;
+    if (flag_at(argc, argv, &i, &name, &nlen, &value, err, errlen) != 0) return TPU_CONFIG_ERROR;
+    if (nlen == 6 && strncmp(name, "config", 6) == 0) continue;
+    char src[80];
+    snprintf(src, sizeof src, "--%.*s", (int)(nlen < 60 ? nlen : 60), name);
+    if (set_value(cfg, find_opt(name, nlen), value, src, err, errlen) != 0)
+      return TPU_CONFIG_ERROR;
+  }
+  return TPU_CONFIG_OK;
+}
+
+void tpu_config_usage(FILE *out) {
+  fprintf(out,
+          "usage: tpud [OPTIONS]\n"
+          "Serves models from a repository over the native protocol (protobuf over TCP) and\n"
+          "HTTP/1.1 (Open Inference Protocol v2 REST JSON, Prometheus /metrics, /v2/debug).\n"
+          "Options may also be set in a JSON file (--config FILE) with the same names as keys\n"
+          "(e.g. {\"port\": 9000}); flags given on the command line win over the file.\n\n"
+          "  --config FILE                 JSON file of options (default: none)\n"
+          "  --help                        print this help and exit\n");
+  for (size_t i = 0; i < NOPTIONS; i++) {
+    const opt_t *o = &options[i];
+    char left[64];
+    snprintf(left, sizeof left, "--%s %s", o->name,
+             o->type == OPT_STR ? "DIR" : o->type == OPT_LEVEL ? "LEVEL" : "N");
+    if (strcmp(o->name, "listen") == 0) snprintf(left, sizeof left, "--listen ADDR");
+    fprintf(out, "  %-29s %s\n  %-29s (default %s; unit: %s)\n", left, o->help, "", o->dflt,
+            o->unit);
+  }
+  fprintf(out, "\nNot in this build: TLS (--tls-*) and the audit log (--audit-log) come with "
+               "their own issues.\n");
+}
+
+struct json_t *tpu_config_to_json(const tpu_config_t *cfg) {
+  json_t *o = json_object();
+  if (!o) return NULL;
+  for (size_t i = 0; i < NOPTIONS; i++) {
+    const opt_t *opt = &options[i];
+    const char *field = (const char *)cfg + opt->offset;
+    json_t *v = NULL;
+    switch (opt->type) {
+    case OPT_STR: v = json_string(field); break;
+    case OPT_UINT: v = json_integer((json_int_t) * (const unsigned *)(const void *)field); break;
+    case OPT_U64: v = json_integer((json_int_t) * (const uint64_t *)(const void *)field); break;
+    case OPT_LEVEL:
+      v = json_string(tpu_log_level_name(*(const tpu_log_level_t *)(const void *)field));
+      break;
+    }
+    if (!v || json_object_set_new(o, opt->name, v) != 0) {
+      json_decref(o);
+      return NULL;
+    }
+  }
+  return o;
+}

@@ -1,0 +1,71 @@
+/*
+ * config.h - tpud's options: safe defaults, a JSON config file, command-line flags.
+ *
+ * DESIGN
+ * One table (config.c) names every option once: its flag, its JSON key (the same name), its type,
+ * range, default and unit. Defaults are applied first, then `--config FILE` (a JSON object whose
+ * keys are the option names without the dashes), then the remaining flags, so flags win.
+ * Unknown flags or keys, malformed or out-of-range values are refused with a message that names
+ * the option and what was expected; main() exits 2 on them. Parsing is pure (no global state)
+ * so it is unit-tested directly.
+ */
+#ifndef TPU_CONFIG_H
+#define TPU_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "log.h"
+
+typedef struct {
+  char models[4096];           /* model repository directory */
+  char listen[256];            /* address both listeners bind */
+  unsigned port;               /* native protocol port; 0 = pick a free one */
+  unsigned http_port;          /* HTTP/JSON port (OIP v2 REST, /metrics, /v2/debug); 0 = free */
+  uint64_t http_max_body_bytes;   /* bytes: largest HTTP request body (413 above) */
+  unsigned http_max_header_bytes; /* bytes: request line + headers of one HTTP request */
+  unsigned http_timeout_s;     /* seconds: HTTP read/write timeout, also the keep-alive idle time */
+  unsigned threads;            /* compute threads (engine and MatMul pool) */
+  unsigned io_threads;         /* libevent I/O threads */
+  unsigned max_connections;    /* open connections at once; more are closed at accept */
+  unsigned idle_timeout_s;     /* seconds; a connection with nothing in flight is closed after */
+  uint64_t max_message_bytes;  /* bytes: largest frame accepted or sent */
+  unsigned max_inflight_per_conn; /* requests; reading pauses above this */
+  uint64_t max_unsent_bytes;   /* bytes of unsent output per connection; reading pauses above */
+  unsigned queue_rows;         /* rows queued per model version before RESOURCE_EXHAUSTED */
+  unsigned drain_timeout_s;    /* seconds in-flight requests get to finish on SIGTERM */
+  unsigned poll_seconds;       /* seconds: repository rescan period; 0 disables */
+  tpu_log_level_t log_level;
+} tpu_config_t;
+
+/* Fills every option with its default (threads = number of online CPUs). */
+void tpu_config_defaults(tpu_config_t *cfg);
+
+/* Outcome of tpu_config_parse. */
+typedef enum {
+  TPU_CONFIG_OK = 0,   /* run the server */
+  TPU_CONFIG_HELP = 1, /* --help was given: print tpu_config_usage and exit 0 */
+  TPU_CONFIG_ERROR = 2 /* err holds the message; exit 2 */
+} tpu_config_result_t;
+
+/* Parses argv (argv[0] is skipped) over the defaults: the file named by --config first, then the
+ * flags (flags win). Accepts "--name VALUE" and "--name=VALUE". On TPU_CONFIG_ERROR, err (of
+ * errlen bytes) says which option was wrong and what was expected. */
+tpu_config_result_t tpu_config_parse(tpu_config_t *cfg, int argc, char **argv, char *err,
+                                     size_t errlen);
+
+/* Applies a JSON object (the contents of a config file) over cfg; returns -1 with err set on an
+ * unknown key or a bad value. `what` names the source in messages (the file name). */
+int tpu_config_apply_json(tpu_config_t *cfg, const char *json, const char *what, char *err,
+                          size_t errlen);
+
+/* The configuration as a JSON object, one key per option (the option names), for
+ * GET /v2/debug/config. The caller json_decref()s it; NULL when out of memory. */
+struct json_t;
+struct json_t *tpu_config_to_json(const tpu_config_t *cfg);
+
+/* Writes the --help text: every option with its default and unit. */
+void tpu_config_usage(FILE *out);
+
+#endif /* TPU_CONFIG_H */

@@ -1,0 +1,73 @@
+/*
+ * http_parser.h - a strict HTTP/1.1 request-head parser over bytes.
+ *
+ * DESIGN
+ * Takes the bytes a connection has buffered and says: the request head is incomplete, complete
+ * (how long it is, what it asks, how long its body is), or wrong (which HTTP status to answer and
+ * why). It never touches a socket and allocates nothing; everything it returns points into the
+ * caller's buffer, so it is unit-tested and fuzzed from plain strings (tests/server/
+ * test_http_parser.c). http.c owns the connections and calls it.
+ *
+ * What it accepts: "METHOD SP target SP HTTP/1.x CRLF", header lines "name: value CRLF" (a bare
+ * LF is accepted as a line end, as RFC 9112 allows), an empty line. Bodies are framed by
+ * Content-Length only: Transfer-Encoding with Content-Length is a 400 (request smuggling), a
+ * Transfer-Encoding alone (chunked uploads) is a 411 "send Content-Length". Obsolete line folding,
+ * whitespace before the colon, control characters, a Content-Length that is not a plain decimal
+ * number or differs between repeats: 400. A head longer than max_head_bytes: 431. A body longer
+ * than max_body_bytes: 413 (known from the head, before the body is read). Versions other than
+ * 1.0 and 1.1: 505. Methods are parsed as tokens; which ones a path allows is the router's call.
+ */
+#ifndef TPU_HTTP_PARSER_H
+#define TPU_HTTP_PARSER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Methods the server knows; anything else is TPU_HTTP_OTHER (the router answers 405/501). */
+typedef enum {
+  TPU_HTTP_OTHER = 0, /* a valid token, not one of the below */
+  TPU_HTTP_GET,       /* GET */
+  TPU_HTTP_HEAD,      /* HEAD: GET without the body */
+  TPU_HTTP_POST       /* POST */
+} tpu_http_method_t;
+
+/* Outcome of tpu_http_parse_request. */
+typedef enum {
+  TPU_HTTP_PARSE_ERROR = -1,     /* bad request: see status and error */
+  TPU_HTTP_PARSE_INCOMPLETE = 0, /* need more bytes */
+  TPU_HTTP_PARSE_OK = 1          /* a complete head */
+} tpu_http_parse_result_t;
+
+typedef struct {
+  size_t max_head_bytes; /* request line + headers + the empty line, bytes */
+  uint64_t max_body_bytes; /* Content-Length above this is a 413, bytes */
+} tpu_http_limits_t;
+
+/* One parsed request head; pointers point into the caller's buffer. */
+typedef struct {
+  tpu_http_method_t method;
+  const char *method_str;  /* the method token as sent */
+  size_t method_len;
+  const char *target;      /* the request target: origin-form "/path?query" */
+  size_t target_len;
+  int minor;               /* 0 for HTTP/1.0, 1 for HTTP/1.1 */
+  size_t head_len;         /* bytes of the head including its final empty line */
+  uint64_t content_length; /* body bytes (0 when absent) */
+  int keep_alive;          /* 1: the connection may serve another request after this one */
+  int expect_continue;     /* 1: "Expect: 100-continue" */
+  /* On TPU_HTTP_PARSE_ERROR: */
+  int status;              /* 400, 411, 413, 417, 431, 505 */
+  const char *error;       /* a static message saying what was wrong */
+} tpu_http_request_t;
+
+/*
+ * Parses the request head at the start of buf[0..len). Returns TPU_HTTP_PARSE_OK with *r filled,
+ * TPU_HTTP_PARSE_INCOMPLETE when the head has not ended yet (and is not yet over the limit), or
+ * TPU_HTTP_PARSE_ERROR with r->status and r->error. After an error the connection cannot be
+ * resynchronized: answer it and close.
+ */
+tpu_http_parse_result_t tpu_http_parse_request(const char *buf, size_t len,
+                                               const tpu_http_limits_t *limits,
+                                               tpu_http_request_t *r);
+
+#endif /* TPU_HTTP_PARSER_H */

@@ -1,0 +1,34 @@
+/*
+ * log.h - one line per event on stderr: timestamp, level, message.
+ *
+ * DESIGN
+ * Every thread may log; each line is formatted into a local buffer and written with one write(2)
+ * call, so lines from different threads never interleave. The level is a process-wide atomic
+ * set once from the configuration. Logging never allocates and never blocks on a lock.
+ */
+#ifndef TPU_LOG_H
+#define TPU_LOG_H
+
+typedef enum {
+  TPU_LOG_DEBUG = 0, /* per-request detail, batch formation */
+  TPU_LOG_INFO = 1,  /* start, stop, listeners, model loads */
+  TPU_LOG_WARN = 2,  /* a request or connection failed in a way the operator may care about */
+  TPU_LOG_ERROR = 3  /* a component failed; the server may be degraded */
+} tpu_log_level_t;
+
+/* Sets the minimum level that is written (default INFO). */
+void tpu_log_set_level(tpu_log_level_t level);
+tpu_log_level_t tpu_log_get_level(void);
+/* Parses "debug", "info", "warn", "error"; returns 0 on success, -1 for an unknown name. */
+int tpu_log_parse_level(const char *name, tpu_log_level_t *out);
+const char *tpu_log_level_name(tpu_log_level_t level);
+
+/* Writes "2024-01-02T03:04:05.678Z LEVEL message\n" to stderr when level is enabled. */
+void tpu_log(tpu_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define tpu_log_debug(...) tpu_log(TPU_LOG_DEBUG, __VA_ARGS__)
+#define tpu_log_info(...) tpu_log(TPU_LOG_INFO, __VA_ARGS__)
+#define tpu_log_warn(...) tpu_log(TPU_LOG_WARN, __VA_ARGS__)
+#define tpu_log_error(...) tpu_log(TPU_LOG_ERROR, __VA_ARGS__)
+
+#endif /* TPU_LOG_H */

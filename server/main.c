@@ -1,0 +1,52 @@
+/*
+ * main.c - tpud: parse the configuration, create the engine, serve, exit.
+ *
+ * DESIGN
+ * Start-up errors (bad options: exit 2; cannot bind or start threads: exit 1) end the process
+ * with a message; everything after start-up is the server's, which never exits the process.
+ * SIGTERM/SIGINT drain and return here, and tpud exits 0.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "config.h"
+#include "log.h"
+#include "server.h"
+#include "tpu_engine.h"
+
+int main(int argc, char **argv) {
+  tpu_config_t cfg;
+  char err[1024];
+  tpu_config_defaults(&cfg);
+  switch (tpu_config_parse(&cfg, argc, argv, err, sizeof err)) {
+  case TPU_CONFIG_HELP:
+    tpu_config_usage(stdout);
+    return 0;
+  case TPU_CONFIG_ERROR:
+    fprintf(stderr, "tpud: %s\n", err);
+    return 2;
+  case TPU_CONFIG_OK:
+    break;
+  }
+  tpu_log_set_level(cfg.log_level);
+  tpu_log_info("tpud starting: models %s, %u compute threads, %u I/O threads, port %u, "
+               "http-port %u",
+               cfg.models, cfg.threads, cfg.io_threads, cfg.port, cfg.http_port);
+  tpu_engine_config_t ecfg = {.threads = cfg.threads};
+  tpu_engine_t *engine = NULL;
+  tpu_status_t st = tpu_engine_create(&ecfg, &engine);
+  if (st != TPU_OK) {
+    tpu_log_error("cannot create the engine: %s", tpu_strerror(st));
+    return 1;
+  }
+  tpu_server_t *srv = NULL;
+  if (tpu_server_create(&cfg, engine, &srv, err, sizeof err) != 0) {
+    tpu_log_error("cannot start: %s", err);
+    tpu_engine_free(engine);
+    return 1;
+  }
+  int rc = tpu_server_run(srv);
+  tpu_server_free(srv);
+  tpu_engine_free(engine);
+  return rc;
+}

@@ -1,0 +1,383 @@
+/*
+ * metrics.c - the Prometheus text writer and the renderer of every tpud_ metric.
+ *
+ * DESIGN
+ * See metrics.h. The renderer runs on an I/O thread when GET /metrics arrives; it only reads
+ * counters (relaxed atomics) and the immutable model table, so a scrape never slows a request.
+ * Families are written in a fixed order, each family's HELP/TYPE once followed by all its
+ * samples (the exposition format requires a family's samples to be contiguous).
+ *
+ * Hook for the audit log (not wired yet): when audit.c serves requests, add
+ * tpud_audit_records_total and tpud_audit_records_lost_total in render_audit() below.
+ */
+#include "metrics.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server_int.h"
+
+void tpu_mbuf_free(tpu_mbuf_t *b) {
+  if (!b) return;
+  free(b->p);
+  memset(b, 0, sizeof *b);
+}
+
+static int reserve(tpu_mbuf_t *b, size_t more) {
+  if (b->oom) return -1;
+  if (b->len + more + 1 <= b->cap) return 0;
+  size_t cap = b->cap ? b->cap : 4096;
+  while (cap < b->len + more + 1) cap *= 2;
+  char *p = realloc(b->p, cap);
+  if (!p) {
+    b->oom = 1;
+    return -1;
+  }
+  b->p = p;
+  b->cap = cap;
+  return 0;
+}
+
+static void put(tpu_mbuf_t *b, const char *s, size_t n) {
+  if (reserve(b, n) != 0) return;
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+  b->p[b->len] = 0;
+}
+
+void tpu_mbuf_printf(tpu_mbuf_t *b, const char *fmt, ...) {
+  char tmp[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n < sizeof tmp) {
+    put(b, tmp, (size_t)n);
+    return;
+  }
+  if (reserve(b, (size_t)n) != 0) return;
+  va_start(ap, fmt);
+  vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
+}
+
+void tpu_metrics_family(tpu_mbuf_t *b, const char *name, const char *type, const char *help) {
+  /* HELP text escapes backslash and newline; ours are literals without either. */
+  tpu_mbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Label values escape backslash, double quote and newline. */
+static void put_escaped(tpu_mbuf_t *b, const char *s) {
+  size_t run = 0, n = strlen(s);
+  for (size_t i = 0; i < n; i++) {
+    const char *esc = s[i] == '\\' ? "\\\\" : s[i] == '"' ? "\\\"" : s[i] == '\n' ? "\\n" : NULL;
+    if (!esc) continue;
+    put(b, s + run, i - run);
+    put(b, esc, 2);
+    run = i + 1;
+  }
+  put(b, s + run, n - run);
+}
+
+static void put_labels(tpu_mbuf_t *b, const tpu_mlabel_t *labels, size_t nlabels,
+                       const char *extra_name, const char *extra_value) {
+  if (!nlabels && !extra_name) return;
+  put(b, "{", 1);
+  for (size_t i = 0; i < nlabels; i++) {
+    if (i) put(b, ",", 1);
+    tpu_mbuf_printf(b, "%s=\"", labels[i].name);
+    put_escaped(b, labels[i].value ? labels[i].value : "");
+    put(b, "\"", 1);
+  }
+  if (extra_name) {
+    if (nlabels) put(b, ",", 1);
+    tpu_mbuf_printf(b, "%s=\"%s\"", extra_name, extra_value);
+  }
+  put(b, "}", 1);
+}
+
+void tpu_metrics_u64(tpu_mbuf_t *b, const char *name, const tpu_mlabel_t *labels, size_t nlabels,
+                     uint64_t value) {
+  put(b, name, strlen(name));
+  put_labels(b, labels, nlabels, NULL, NULL);
+  tpu_mbuf_printf(b, " %llu\n", (unsigned long long)value);
+}
+
+static void fmt_double(char *buf, size_t len, double v) {
+  if (isnan(v))
+    snprintf(buf, len, "NaN");
+  else if (isinf(v))
+    snprintf(buf, len, v > 0 ? "+Inf" : "-Inf");
+  else
+    snprintf(buf, len, "%.17g", v);
+  /* Shorter when it reads back the same: 0.001 rather than 0.0010000000000000000208. */
+  if (isfinite(v)) {
+    char shorter[40];
+    for (int p = 6; p < 17; p++) {
+      snprintf(shorter, sizeof shorter, "%.*g", p, v);
+      if (strtod(shorter, NULL) == v) {
+        snprintf(buf, len, "%s", shorter);
+        break;
+      }
+    }
+  }
+}
+
+void tpu_metrics_double(tpu_mbuf_t *b, const char *name, const tpu_mlabel_t *labels,
+                        size_t nlabels, double value) {
+  char v[40];
+  fmt_double(v, sizeof v, value);
+  put(b, name, strlen(name));
+  put_labels(b, labels, nlabels, NULL, NULL);
+  tpu_mbuf_printf(b, " %s\n", v);
+}
+
+void tpu_metrics_histogram(tpu_mbuf_t *b, const char *name, const tpu_mlabel_t *labels,
+                           size_t nlabels, const tpu_hist_t *h, const uint64_t *bounds,
+                           size_t nbounds, double divisor) {
+  char bucket[160], le[40];
+  snprintf(bucket, sizeof bucket, "%s_bucket", name);
+  uint64_t cum = 0;
+  for (size_t i = 0; i <= nbounds; i++) {
+    cum += atomic_load_explicit((_Atomic uint64_t *)&h->count[i], memory_order_relaxed);
+    if (i < nbounds)
+      fmt_double(le, sizeof le, (double)bounds[i] / divisor);
+    else
+      snprintf(le, sizeof le, "+Inf");
+    put(b, bucket, strlen(bucket));
+    put_labels(b, labels, nlabels, "le", le);
+    tpu_mbuf_printf(b, " %llu\n", (unsigned long long)cum);
+  }
+  uint64_t sum = atomic_load_explicit((_Atomic uint64_t *)&h->sum, memory_order_relaxed);
+  char v[40];
+  fmt_double(v, sizeof v, (double)sum / divisor);
+  tpu_mbuf_printf(b, "%s_sum", name);
+  put_labels(b, labels, nlabels, NULL, NULL);
+  tpu_mbuf_printf(b, " %s\n", v);
+  tpu_mbuf_printf(b, "%s_count", name);
+  put_labels(b, labels, nlabels, NULL, NULL);
+  tpu_mbuf_printf(b, " %llu\n", (unsigned long long)cum); /* == the +Inf bucket, by construction */
+}
+
+/* ---- the renderer ---- */
+
+static uint64_t get(const _Atomic uint64_t *c) {
+  return atomic_load_explicit((_Atomic uint64_t *)c, memory_order_relaxed);
+}
+
+static const char *state_name(int state) {
+  switch (state) {
+  case TPUD__MODEL_STATE__MODEL_STATE_READY: return "READY";
+  case TPUD__MODEL_STATE__MODEL_STATE_FAILED: return "FAILED";
+  default: return "UNAVAILABLE";
+  }
+}
+
+/* A serving instance (status-only entries of the table have no model or batcher). */
+static int serving(const tpu__model_t *m) {
+  return m->state == TPUD__MODEL_STATE__MODEL_STATE_READY && m->model && m->batcher;
+}
+
+/* A family with one sample per ready model version: value(m). */
+typedef uint64_t (*model_u64_fn)(tpu__model_t *m);
+static uint64_t m_batches(tpu__model_t *m) { return get(&m->stats.batches); }
+static uint64_t m_rows(tpu__model_t *m) { return get(&m->stats.rows_computed); }
+static uint64_t m_padding(tpu__model_t *m) { return get(&m->stats.padding_rows); }
+static uint64_t m_macs(tpu__model_t *m) { return get(&m->stats.macs); }
+static uint64_t m_cycles(tpu__model_t *m) { return get(&m->stats.sim_cycles); }
+static uint64_t m_queue(tpu__model_t *m) { return m->batcher ? tpu_batcher_queued_rows(m->batcher) : 0; }
+
+static void model_family(tpu_mbuf_t *b, tpu__models_t *t, const char *name, const char *type,
+                         const char *help, model_u64_fn fn) {
+  tpu_metrics_family(b, name, type, help);
+  for (size_t i = 0; i < t->n; i++) {
+    tpu__model_t *m = t->models[i];
+    if (!serving(m)) continue;
+    tpu_mlabel_t l[] = {{"model", m->name}, {"version", m->version_str}};
+    tpu_metrics_u64(b, name, l, 2, fn(m));
+  }
+}
+
+typedef enum { H_REQUEST, H_QUEUE, H_COMPUTE, H_ROWS } hist_kind_t;
+
+static void model_hist(tpu_mbuf_t *b, tpu__models_t *t, const char *name, const char *help,
+                       hist_kind_t kind) {
+  tpu_metrics_family(b, name, "histogram", help);
+  for (size_t i = 0; i < t->n; i++) {
+    tpu__model_t *m = t->models[i];
+    if (!serving(m)) continue;
+    tpu_mlabel_t l[] = {{"model", m->name}, {"version", m->version_str}};
+    const tpu_hist_t *h = kind == H_REQUEST ? &m->stats.request_us
+                          : kind == H_QUEUE ? &m->stats.queue_us
+                          : kind == H_COMPUTE ? &m->stats.compute_us
+                                              : &m->stats.batch_rows;
+    if (kind == H_ROWS)
+      tpu_metrics_histogram(b, name, l, 2, h, tpu_hist_rows_bounds, TPU_HIST_ROWS_NBOUNDS, 1);
+    else
+      tpu_metrics_histogram(b, name, l, 2, h, tpu_hist_us_bounds, TPU_HIST_US_NBOUNDS, 1e6);
+  }
+}
+
+static void render_audit(tpu_mbuf_t *b, tpu_server_t *srv) {
+  /* The audit log is not wired into the server yet (server/audit.c): its records written and
+   * lost counters belong here once it is. */
+  (void)b;
+  (void)srv;
+}
+
+void tpu__metrics_render(tpu_server_t *srv, tpu_mbuf_t *b) {
+  tpu_stats_t *s = &tpu_stats;
+  tpu_engine_stats_t es;
+  memset(&es, 0, sizeof es);
+  tpu_engine_stats(srv->engine, &es);
+  tpu__models_t *t = tpu__models_acquire(srv); /* one consistent view of the model table */
+
+  tpu_metrics_family(b, "tpud_build_info", "gauge", "tpud build: version (always 1)");
+  tpu_mlabel_t bl[] = {{"version", TPUD_SERVER_VERSION}, {"compiler", __VERSION__}};
+  tpu_metrics_u64(b, "tpud_build_info", bl, 2, 1);
+
+  /* Requests, both protocols, by gRPC status name. */
+  tpu_metrics_family(b, "tpud_requests_total", "counter",
+                     "requests answered (native and HTTP infer), by gRPC status");
+  for (int c = 0; c < TPU_CODE_COUNT; c++) {
+    uint64_t v = get(&s->requests[c]);
+    if (!v && c != TPU_CODE_OK) continue;
+    tpu_mlabel_t l[] = {{"code", tpu_code_name(c)}};
+    tpu_metrics_u64(b, "tpud_requests_total", l, 1, v);
+  }
+  tpu_metrics_family(b, "tpud_model_requests_total", "counter",
+                     "infer requests answered per model version, by gRPC status");
+  for (size_t i = 0; i < t->n; i++) {
+    tpu__model_t *m = t->models[i];
+    if (!serving(m)) continue;
+    for (int c = 0; c < TPU_CODE_COUNT; c++) {
+      uint64_t v = get(&m->stats.requests[c]);
+      if (!v && c != TPU_CODE_OK) continue;
+      tpu_mlabel_t l[] = {{"model", m->name}, {"version", m->version_str},
+                          {"code", tpu_code_name(c)}};
+      tpu_metrics_u64(b, "tpud_model_requests_total", l, 3, v);
+    }
+  }
+  tpu_metrics_family(b, "tpud_inflight_requests", "gauge",
+                     "requests handed to compute and not yet answered");
+  tpu_metrics_u64(b, "tpud_inflight_requests", NULL, 0, get(&srv->inflight));
+
+  model_hist(b, t, "tpud_model_request_duration_seconds",
+             "infer request latency in the server, received to answered", H_REQUEST);
+  model_hist(b, t, "tpud_model_queue_duration_seconds",
+             "time a request waited in the batcher queue before its first row was taken",
+             H_QUEUE);
+  model_hist(b, t, "tpud_model_compute_duration_seconds", "duration of one engine call (batch)",
+             H_COMPUTE);
+  model_hist(b, t, "tpud_model_batch_rows", "real (unpadded) rows per engine call", H_ROWS);
+  model_family(b, t, "tpud_model_batches_total", "counter", "engine calls (batches) run",
+               m_batches);
+  model_family(b, t, "tpud_model_rows_total", "counter", "real rows computed", m_rows);
+  model_family(b, t, "tpud_model_padding_rows_total", "counter",
+               "zero rows added to fill batches up to a bucket", m_padding);
+  model_family(b, t, "tpud_model_queue_rows", "gauge", "rows queued in the batcher now",
+               m_queue);
+  model_family(b, t, "tpud_model_macs_total", "counter",
+               "multiply-accumulates of the model's engine calls (padded buckets)", m_macs);
+  model_family(b, t, "tpud_model_systolic_cycles_total", "counter",
+               "cycles the modelled systolic array needs for the model's engine calls",
+               m_cycles);
+  tpu_metrics_family(b, "tpud_model_systolic_utilization", "gauge",
+                     "MACs / MAC slots the modelled systolic array offered, for this model");
+  for (size_t i = 0; i < t->n; i++) {
+    tpu__model_t *m = t->models[i];
+    if (!serving(m)) continue;
+    uint64_t slots = get(&m->stats.sim_slots);
+    tpu_mlabel_t l[] = {{"model", m->name}, {"version", m->version_str}};
+    tpu_metrics_double(b, "tpud_model_systolic_utilization", l, 2,
+                       slots ? (double)get(&m->stats.macs) / (double)slots : 0.0);
+  }
+  tpu_metrics_family(b, "tpud_model_state", "gauge",
+                     "1 for each model version in the repository, labelled with its state");
+  for (size_t i = 0; i < t->n; i++) {
+    tpu__model_t *m = t->models[i];
+    tpu_mlabel_t l[] = {{"model", m->name}, {"version", m->version_str},
+                        {"state", state_name(m->state)}};
+    tpu_metrics_u64(b, "tpud_model_state", l, 3, 1);
+  }
+
+  /* Connections. */
+  tpu_metrics_family(b, "tpud_connections_open", "gauge",
+                     "open client connections (HTTP: counted from their first request)");
+  tpu_mlabel_t pn[] = {{"protocol", "native"}}, ph[] = {{"protocol", "http"}};
+  tpu_metrics_u64(b, "tpud_connections_open", pn, 1, get(&s->connections_open));
+  tpu_metrics_u64(b, "tpud_connections_open", ph, 1, get(&s->http_connections_open));
+  tpu_metrics_family(b, "tpud_connections_accepted_total", "counter", "connections accepted");
+  tpu_metrics_u64(b, "tpud_connections_accepted_total", pn, 1, get(&s->connections_accepted));
+  tpu_metrics_u64(b, "tpud_connections_accepted_total", ph, 1,
+                  get(&s->http_connections_accepted));
+  tpu_metrics_family(b, "tpud_connections_rejected_total", "counter",
+                     "connections refused (max-connections reached, or draining)");
+  tpu_metrics_u64(b, "tpud_connections_rejected_total", pn, 1, get(&s->connections_rejected));
+  tpu_metrics_u64(b, "tpud_connections_rejected_total", ph, 1,
+                  get(&s->http_connections_rejected));
+  tpu_metrics_family(b, "tpud_bad_frames_total", "counter",
+                     "native frames so malformed that their connection was closed");
+  tpu_metrics_u64(b, "tpud_bad_frames_total", NULL, 0, get(&s->bad_frames));
+
+  /* HTTP. */
+  tpu_metrics_family(b, "tpud_http_responses_total", "counter",
+                     "HTTP responses sent, by status code (\"other\" for uncommon codes)");
+  for (size_t i = 0; i < TPU_HTTP_NSTATUS; i++) {
+    uint64_t v = get(&s->http_responses[i]);
+    if (!v && tpu_http_status_at(i) != 200) continue;
+    char code[16];
+    if (tpu_http_status_at(i))
+      snprintf(code, sizeof code, "%d", tpu_http_status_at(i));
+    else
+      snprintf(code, sizeof code, "other");
+    tpu_mlabel_t l[] = {{"code", code}};
+    tpu_metrics_u64(b, "tpud_http_responses_total", l, 1, v);
+  }
+  tpu_metrics_family(b, "tpud_http_request_duration_seconds", "histogram",
+                     "HTTP requests, every endpoint, received to reply queued");
+  tpu_metrics_histogram(b, "tpud_http_request_duration_seconds", NULL, 0, &s->http_request_us,
+                        tpu_hist_us_bounds, TPU_HIST_US_NBOUNDS, 1e6);
+
+  /* MatMul. */
+  tpu_metrics_family(b, "tpud_matmul_total", "counter", "MatMul calls computed");
+  tpu_metrics_u64(b, "tpud_matmul_total", NULL, 0, get(&s->matmuls));
+  tpu_metrics_family(b, "tpud_matmul_duration_seconds", "histogram", "MatMul compute time");
+  tpu_metrics_histogram(b, "tpud_matmul_duration_seconds", NULL, 0, &s->matmul_us,
+                        tpu_hist_us_bounds, TPU_HIST_US_NBOUNDS, 1e6);
+
+  /* Engine. */
+  tpu_metrics_family(b, "tpud_engine_info", "gauge",
+                     "the engine's kernel set (isa) and modelled systolic array (always 1)");
+  char rows[16], cols[16], threads[16];
+  snprintf(rows, sizeof rows, "%u", es.systolic_rows);
+  snprintf(cols, sizeof cols, "%u", es.systolic_cols);
+  snprintf(threads, sizeof threads, "%u", es.threads);
+  tpu_mlabel_t el[] = {{"isa", es.isa ? es.isa : "unknown"},
+                       {"threads", threads},
+                       {"systolic_rows", rows},
+                       {"systolic_cols", cols}};
+  tpu_metrics_u64(b, "tpud_engine_info", el, 4, 1);
+  tpu_metrics_family(b, "tpud_engine_calls_total", "counter", "engine plan runs");
+  tpu_metrics_u64(b, "tpud_engine_calls_total", NULL, 0, es.calls);
+  tpu_metrics_family(b, "tpud_engine_macs_total", "counter",
+                     "multiply-accumulates done by the engine (M*K*N per call)");
+  tpu_metrics_u64(b, "tpud_engine_macs_total", NULL, 0, es.macs);
+  tpu_metrics_family(b, "tpud_engine_systolic_cycles_total", "counter",
+                     "cycles the modelled systolic array needs for all engine calls");
+  tpu_metrics_u64(b, "tpud_engine_systolic_cycles_total", NULL, 0, es.sim_cycles);
+  tpu_metrics_family(b, "tpud_engine_systolic_utilization", "gauge",
+                     "MACs / MAC slots offered by the modelled systolic array, all calls");
+  tpu_metrics_double(b, "tpud_engine_systolic_utilization", NULL, 0,
+                     tpu_engine_stats_utilization(&es));
+
+  tpu_metrics_family(b, "tpud_draining", "gauge", "1 while the server drains for shutdown");
+  tpu_metrics_u64(b, "tpud_draining", NULL, 0, (uint64_t)atomic_load(&srv->draining));
+  render_audit(b, srv);
+  tpu__models_release(t);
+}

@@ -1,0 +1,275 @@
+/*
+ * server.c - start-up, the listener, signals, graceful shutdown, and the model table.
+ *
+ * DESIGN
+ * Owns the main thread's event_base: the native listener (accepted sockets go round robin to the
+ * I/O threads, see io.c), the HTTP listening socket (bound here; the I/O threads accept on it,
+ * see http.c), SIGTERM/SIGINT (drain), SIGUSR1 (log the counters) and SIGHUP (rescan the model
+ * repository). Models are the repository manager's (repository.h): it loads them at start,
+ * before the ports are announced, then on its own thread, and publishes a reference-counted
+ * table that I/O threads route with.
+ *
+ * Shutdown order (each step needs the next one still running):
+ *   1. stop accepting; new requests get UNAVAILABLE; wait until nothing is in flight or the drain
+ *      timeout passes;
+ *   2. stop the repository thread, the batchers and the MatMul pool (computing what is queued,
+ *      or failing it with UNAVAILABLE once the drain timeout has passed); their completions
+ *      reach the I/O queues;
+ *   3. stop the I/O threads: they answer those completions, flush, close, and exit.
+ * SIGPIPE is ignored: a peer that vanishes must cost one connection, never the process.
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <event2/util.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "log.h"
+#include "server_int.h"
+
+/* ---- models: the repository's (repository.c) ---- */
+
+size_t tpu_server_ready_models(const tpu_server_t *srv) {
+  tpu__models_t *t = tpu__models_acquire((tpu_server_t *)srv); /* takes a reference only */
+  size_t n = 0;
+  for (size_t i = 0; i < t->n; i++)
+    n += t->models[i]->state == TPUD__MODEL_STATE__MODEL_STATE_READY;
+  tpu__models_release(t);
+  return n;
+}
+
+/* ---- listener and signals (main thread) ---- */
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg) {
+  tpu_server_t *srv = arg;
+  char peer[64] = "?";
+  if (sa->sa_family == AF_INET) {
+    struct sockaddr_in *s4 = (struct sockaddr_in *)sa;
+    char ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof ip);
+    snprintf(peer, sizeof peer, "%s:%u", ip, ntohs(s4->sin_port));
+  } else if (sa->sa_family == AF_INET6) {
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)sa;
+    char ip[INET6_ADDRSTRLEN];
+    inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof ip);
+    snprintf(peer, sizeof peer, "[%s]:%u", ip, ntohs(s6->sin6_port));
+  }
+  if (atomic_load(&srv->draining) ||
+      tpu_stats_get(&tpu_stats.connections_open) >= srv->cfg.max_connections) {
+    tpu_stats_inc(&tpu_stats.connections_rejected, 1);
+    tpu_log_warn("connection from %s rejected: %s", peer,
+                 atomic_load(&srv->draining) ? "server is draining"
+                                             : "max-connections reached");
+    evutil_closesocket(fd);
+    return;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* responses are latency-bound */
+  tpu_stats_inc(&tpu_stats.connections_open, 1);
+  tpu_stats_inc(&tpu_stats.connections_accepted, 1);
+  tpu__io_hand_off(srv, fd, peer);
+}
+
+static void on_accept_error(struct evconnlistener *l, void *arg) {
+  int e = EVUTIL_SOCKET_ERROR();
+  tpu_log_error("accept: %s", evutil_socket_error_to_string(e));
+  /* EMFILE and friends: keep serving; libevent retries on the next readiness. */
+}
+
+static void on_drain_timer(evutil_socket_t fd, short what, void *arg) {
+  tpu_server_t *srv = arg;
+  uint64_t n = atomic_load(&srv->inflight);
+  if (n == 0 || tpu_now_us() >= srv->drain_deadline_us) {
+    if (n) tpu_log_warn("drain timeout: %llu requests still in flight are abandoned",
+                        (unsigned long long)n);
+    event_base_loopexit(srv->base, NULL);
+  }
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg) {
+  tpu_server_t *srv = arg;
+  if (sig == SIGUSR1) {
+    tpu_server_log_stats(srv);
+    return;
+  }
+  if (sig == SIGHUP) { /* rescan the model repository (returns at once) */
+    tpu__repo_rescan(srv->repo);
+    return;
+  }
+  if (atomic_load(&srv->draining)) {
+    tpu_log_warn("signal %d again: stopping without waiting for in-flight requests", (int)sig);
+    srv->drain_deadline_us = 0;
+    return;
+  }
+  atomic_store(&srv->draining, 1);
+  if (srv->listener) evconnlistener_disable(srv->listener);
+  srv->drain_deadline_us = tpu_now_us() + (uint64_t)srv->cfg.drain_timeout_s * 1000000u;
+  tpu_log_info("signal %d: draining: stopped accepting; %llu requests in flight (timeout %u s)",
+               (int)sig, (unsigned long long)atomic_load(&srv->inflight),
+               srv->cfg.drain_timeout_s);
+  struct timeval tv = {.tv_sec = 0, .tv_usec = 5000};
+  srv->drain_timer = event_new(srv->base, -1, EV_PERSIST, on_drain_timer, srv);
+  if (!srv->drain_timer || event_add(srv->drain_timer, &tv) != 0)
+    event_base_loopexit(srv->base, NULL);
+}
+
+static int bind_listener(tpu_server_t *srv, char *err, size_t errlen) {
+  char spec[300];
+  struct sockaddr_storage ss;
+  int sslen;
+  memset(&ss, 0, sizeof ss);
+  struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+  struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+  if (inet_pton(AF_INET, srv->cfg.listen, &s4->sin_addr) == 1) {
+    s4->sin_family = AF_INET;
+    s4->sin_port = htons((uint16_t)srv->cfg.port);
+    sslen = sizeof *s4;
+    snprintf(spec, sizeof spec, "%s:%u", srv->cfg.listen, srv->cfg.port);
+  } else if (inet_pton(AF_INET6, srv->cfg.listen, &s6->sin6_addr) == 1) {
+    s6->sin6_family = AF_INET6;
+    s6->sin6_port = htons((uint16_t)srv->cfg.port);
+    sslen = sizeof *s6;
+    snprintf(spec, sizeof spec, "[%s]:%u", srv->cfg.listen, srv->cfg.port);
+  } else {
+    snprintf(err, errlen, "--listen %s: not a numeric IPv4 or IPv6 address", srv->cfg.listen);
+    return -1;
+  }
+  srv->listener = evconnlistener_new_bind(srv->base, on_accept, srv,
+                                          LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
+                                              LEV_OPT_CLOSE_ON_EXEC,
+                                          1024, (struct sockaddr *)&ss, sslen);
+  if (!srv->listener) {
+    snprintf(err, errlen, "cannot listen on %s: %s", spec, strerror(errno));
+    return -1;
+  }
+  evconnlistener_set_error_cb(srv->listener, on_accept_error);
+  struct sockaddr_storage bound;
+  socklen_t blen = sizeof bound;
+  getsockname(evconnlistener_get_fd(srv->listener), (struct sockaddr *)&bound, &blen);
+  srv->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                : ((struct sockaddr_in *)&bound)->sin_port);
+  return 0;
+}
+
+/* ---- lifecycle ---- */
+
+int tpu_server_create(const tpu_config_t *cfg, tpu_engine_t *engine, tpu_server_t **out,
+                      char *err, size_t errlen) {
+  *out = NULL;
+  tpu_server_t *srv = calloc(1, sizeof *srv);
+  if (!srv) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  srv->cfg = *cfg;
+  srv->engine = engine;
+  srv->http_fd = -1;
+  signal(SIGPIPE, SIG_IGN);
+  /* Worker threads inherit a mask without the shutdown signals, so libevent's handler in the
+   * main thread is the one that sees them. */
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGTERM);
+  sigaddset(&block, SIGINT);
+  sigaddset(&block, SIGUSR1);
+  sigaddset(&block, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  int rc = -1;
+  srv->base = event_base_new();
+  if (!srv->base) {
+    snprintf(err, errlen, "cannot create the main event loop");
+    goto out;
+  }
+  if (tpu__repo_create(srv, &srv->repo, err, errlen) != 0) goto out; /* loads the models */
+  if (tpu__mmpool_create(srv, cfg->threads, &srv->pool) != 0) {
+    snprintf(err, errlen, "cannot start %u compute threads", cfg->threads);
+    goto out;
+  }
+  if (tpu__http_bind(srv, err, errlen) != 0) goto out;
+  if (tpu__io_start(srv) != 0) {
+    snprintf(err, errlen, "cannot start %u I/O threads", cfg->io_threads);
+    goto out;
+  }
+  if (bind_listener(srv, err, errlen) != 0) goto out;
+  srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
+  srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
+  srv->sig_usr1 = evsignal_new(srv->base, SIGUSR1, on_signal, srv);
+  srv->sig_hup = evsignal_new(srv->base, SIGHUP, on_signal, srv);
+  if (!srv->sig_term || !srv->sig_int || !srv->sig_usr1 || !srv->sig_hup ||
+      event_add(srv->sig_term, NULL) || event_add(srv->sig_int, NULL) ||
+      event_add(srv->sig_usr1, NULL) || event_add(srv->sig_hup, NULL)) {
+    snprintf(err, errlen, "cannot install signal handlers");
+    goto out;
+  }
+  rc = 0;
+out:
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    tpu_server_free(srv);
+    return -1;
+  }
+  *out = srv;
+  return 0;
+}
+
+unsigned tpu_server_port(const tpu_server_t *srv) { return srv->port; }
+
+void tpu_server_log_stats(tpu_server_t *srv) {
+  char line[1024];
+  tpu_stats_format(line, sizeof line);
+  tpu_log_info("stats: %s", line);
+  tpu__models_t *t = tpu__models_acquire(srv);
+  for (size_t i = 0; i < t->n; i++) {
+    tpu__model_t *m = t->models[i];
+    if (m->state != TPUD__MODEL_STATE__MODEL_STATE_READY) continue;
+    tpu_stats_model_format(&m->stats, line, sizeof line);
+    tpu_log_info("stats: %s: %s", m->label, line);
+  }
+  tpu__models_release(t);
+}
+
+static void stop_compute(tpu_server_t *srv, int abort) {
+  tpu__repo_stop(srv->repo, abort); /* no more loads; every live version's batcher */
+  if (srv->pool) tpu__mmpool_stop(srv->pool, abort);
+}
+
+int tpu_server_run(tpu_server_t *srv) {
+  tpu_log_info("tpud listening on %s:%u (native)", srv->cfg.listen, srv->port);
+  if (srv->http_fd >= 0)
+    tpu_log_info("tpud listening on %s:%u (http)", srv->cfg.listen, srv->http_port);
+  event_base_dispatch(srv->base);
+  uint64_t left = atomic_load(&srv->inflight);
+  stop_compute(srv, left > 0);
+  tpu__io_stop(srv);
+  tpu_server_log_stats(srv);
+  tpu_log_info("tpud stopped");
+  return 0;
+}
+
+void tpu_server_free(tpu_server_t *srv) {
+  if (!srv) return;
+  if (srv->listener) evconnlistener_free(srv->listener);
+  srv->listener = NULL;
+  stop_compute(srv, 1);
+  tpu__io_free(srv);
+  if (srv->http_fd >= 0) close(srv->http_fd); /* the I/O threads' evhttps closed their dups */
+  tpu__repo_free(srv->repo); /* after the I/O threads: their calls released their models */
+  tpu__mmpool_free(srv->pool);
+  if (srv->drain_timer) event_free(srv->drain_timer);
+  if (srv->sig_term) event_free(srv->sig_term);
+  if (srv->sig_int) event_free(srv->sig_int);
+  if (srv->sig_usr1) event_free(srv->sig_usr1);
+  if (srv->sig_hup) event_free(srv->sig_hup);
+  if (srv->base) event_base_free(srv->base);
+  free(srv);
+}

@@ -1,0 +1,245 @@
+/*
+ * server_int.h - structures shared by the files of the server core (server.c, io.c,
+ * handlers.c, compute.c); not an API. Names shared across these files carry `tpu__`.
+ *
+ * DESIGN
+ * Threads:
+ *   - main thread: evconnlistener + signals + the drain timer on its own event_base; accepted
+ *     fds go round robin to the I/O threads as messages on their queues.
+ *   - I/O threads (--io-threads): each owns an event_base, a message queue + eventfd, and its
+ *     connections; only it touches them. It reads frames, decodes and validates requests,
+ *     answers cheap calls in place and hands compute to a batcher or the MatMul pool.
+ *   - one batcher thread per model version, and the MatMul pool (--threads): compute only. They
+ *     finish a call by pushing it back on its connection's I/O thread queue.
+ * A call (tpu__call_t) belongs to its I/O thread except while it is queued for compute, when the
+ * compute side owns the result fields and the I/O thread only reads the `cancel` flag it sets.
+ * A connection whose socket was closed while calls were in flight lingers (closed = 1) until the
+ * last completion comes back; only then is it freed, by its I/O thread.
+ */
+#ifndef TPU_SERVER_INT_H
+#define TPU_SERVER_INT_H
+
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "batcher.h"
+#include "config.h"
+#include "model.h"
+#include "queue.h"
+#include "repository.h"
+#include "server.h"
+#include "stats.h"
+#include "tpu_envelope.h"
+#include "tpu_engine.h"
+#include "validate.h"
+
+struct tpu__http_slot;
+struct tpu__http_io;
+typedef struct tpu__io tpu__io_t;
+typedef struct tpu__conn tpu__conn_t;
+typedef struct tpu__call tpu__call_t;
+
+/* Kinds of messages on an I/O thread's queue; every message starts with tpu__msg_t. */
+enum {
+  TPU__MSG_CONN = 1, /* a new accepted socket */
+  TPU__MSG_DONE = 2, /* a call whose compute finished (tpu__call_t) */
+  TPU__MSG_STOP = 3  /* flush and close every connection, then leave the loop */
+};
+
+typedef struct {
+  tpu_qnode_t link;
+  int kind;
+} tpu__msg_t;
+
+typedef struct {
+  tpu__msg_t msg;
+  int fd;
+  char peer[64];
+} tpu__conn_msg_t;
+
+/* One model version in the table (repository.h): a serving instance (model and batcher set) or
+ * a status-only entry (model NULL). Reference-counted (tpu__model_release); immutable once
+ * published except its counters and refs. */
+typedef struct tpu__model {
+  _Atomic long refs;
+  struct tpu__repo *repo;                    /* frees it after the last release */
+  struct tpu__model *live_prev, *live_next;  /* the repository's live instances (its mu) */
+  struct tpu__model *grave_next;             /* the repository's instances to free (its mu) */
+  char name[TPU_MODEL_MAX_NAME + 1];
+  uint64_t version;
+  char version_str[24];
+  int state;          /* TPUD__MODEL_STATE__MODEL_STATE_*: READY for an instance */
+  char reason[512];   /* why it is not READY (or why a reload failed) */
+  tpu_model_t *model; /* NULL when failed */
+  tpu_batcher_t *batcher;
+  tpu_model_stats_t stats;
+  int64_t in_shape[2], out_shape[2];
+  tpu_tensor_spec_t in_spec, out_spec;
+  tpu_vmodel_t vmodel;
+  char label[200];    /* "model 'digits' version 1" */
+  /* Engine work of one call per bucket (measured at load), added to stats per batch. */
+  size_t nbuckets;
+  uint64_t bucket_macs[TPU_MODEL_MAX_BUCKETS], bucket_cycles[TPU_MODEL_MAX_BUCKETS],
+      bucket_slots[TPU_MODEL_MAX_BUCKETS];
+} tpu__model_t;
+
+/* One request being served. */
+struct tpu__call {
+  tpu__msg_t msg;               /* on the I/O queue when done (kind TPU__MSG_DONE) */
+  tpu_qnode_t job_link;         /* on the MatMul pool queue */
+  tpu__call_t *prev, *next;     /* the connection's in-flight list (I/O thread only) */
+  tpu__io_t *io;                /* the I/O thread its completion goes back to */
+  tpu__conn_t *conn;            /* native protocol: its connection; NULL for HTTP */
+  struct tpu__http_slot *http; /* HTTP: the response slot it answers (http.c); NULL for native */
+  uint64_t id;
+  int method;
+  uint64_t received_us, deadline_us;
+  atomic_int cancel;            /* set by the I/O thread when the client is gone */
+  /* Result, written by the compute side before the DONE push. */
+  int code;
+  char msg_text[512];
+  /* ModelInfer */
+  tpu__model_t *model;          /* a reference, released by tpu__call_free */
+  Inference__ModelInferRequest *infer;
+  tpu_batch_req_t breq;
+  float *out;
+  size_t rows;
+  /* MatMul */
+  Tpud__MatMulRequest *mm;
+  /* ModelLoad / ModelUnload (repository.c), freed by tpu__call_free */
+  tpu__repo_op_t *op;
+  size_t m, k, n;
+  int dtype;
+  void *c;
+  uint64_t compute_us;
+};
+
+/* A client connection, owned by one I/O thread. */
+struct tpu__conn {
+  tpu__io_t *io;
+  struct bufferevent *bev; /* NULL once closed */
+  uint64_t serial;
+  char peer[64];
+  tpu__call_t *calls;      /* in flight */
+  size_t ncalls;
+  int closed;              /* socket gone; freed when ncalls reaches 0 */
+  int read_paused;         /* back-pressure: reading disabled */
+  int close_after_write;   /* a fatal frame error: flush the error, then close */
+  tpu__conn_t *prev, *next; /* the I/O thread's open connections */
+};
+
+struct tpu__io {
+  tpu_server_t *srv;
+  unsigned index;
+  pthread_t thread;
+  int started;
+  struct event_base *base;
+  tpu_queue_t queue;
+  struct event *queue_ev;
+  struct event *stop_timer;
+  tpu__conn_t *conns;      /* open connections */
+  size_t nconns;
+  size_t nlinger;          /* closed connections waiting for completions */
+  int stopping;
+  tpu__msg_t stop_msg;
+  struct tpu__http_io *http; /* this thread's HTTP server (http.c); NULL when not serving */
+};
+
+typedef struct tpu__mmpool tpu__mmpool_t;
+
+struct tpu_server {
+  tpu_config_t cfg;
+  tpu_engine_t *engine;
+  /* The model table is the repository's (repository.h): take a consistent view with
+   * tpu__models_acquire/tpu__models_release, or route with tpu__server_find_model. */
+  struct tpu__repo *repo;
+  tpu__mmpool_t *pool;
+  tpu__io_t *io;
+  unsigned nio, next_io;
+  struct event_base *base;
+  struct evconnlistener *listener;
+  int http_fd;           /* the HTTP listening socket (each I/O thread accepts a dup); -1 */
+  unsigned http_port;
+  struct event *sig_term, *sig_int, *sig_usr1, *sig_hup, *drain_timer;
+  unsigned port;
+  atomic_int draining;
+  _Atomic uint64_t inflight; /* calls handed to compute and not yet completed */
+  uint64_t drain_deadline_us;
+  _Atomic uint64_t next_conn_serial;
+};
+
+/* ---- io.c ---- */
+int tpu__io_start(tpu_server_t *srv);
+/* Hands an accepted socket to an I/O thread (main thread). */
+void tpu__io_hand_off(tpu_server_t *srv, int fd, const char *peer);
+/* Asks every I/O thread to flush and close its connections and exit; joins them. */
+void tpu__io_stop(tpu_server_t *srv);
+void tpu__io_free(tpu_server_t *srv);
+/* Queues a finished call to its connection's I/O thread (compute threads). */
+void tpu__call_complete(tpu__call_t *call);
+/* Writes an encoded response to a connection (I/O thread). */
+void tpu__conn_send(tpu__conn_t *conn, const tpu_envelope_response_t *resp);
+/* Sends an error response for request `id` (I/O thread). */
+void tpu__conn_send_error(tpu__conn_t *conn, uint64_t id, int code, const char *msg);
+/* Links a call into its connection's in-flight list before handing it to compute. */
+void tpu__conn_track(tpu__conn_t *conn, tpu__call_t *call);
+void tpu__call_free(tpu__call_t *call);
+
+/* ---- handlers.c ---- */
+/* Serves one decoded request envelope (I/O thread); takes ownership of env. */
+void tpu__handle_request(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t received_us);
+/* Encodes and sends the response of a completed compute call (I/O thread). */
+void tpu__handle_done(tpu__conn_t *conn, tpu__call_t *call);
+/* The model serving (name, version); version "" = the highest ready one. NULL with msg on
+ * NOT_FOUND. Defined in repository.c; returns a reference: tpu__model_release it when done
+ * (any thread; cheap: a mutex-protected table read and an atomic increment). */
+tpu__model_t *tpu__server_find_model(tpu_server_t *srv, const char *name, const char *version,
+                                     char *msg, size_t msglen);
+/* Counts an answered request (global and per model). */
+void tpu__count(tpu__model_t *model, int code);
+/*
+ * The ModelInfer path shared by both protocols (I/O thread): finds the model (NOT_FOUND),
+ * validates `q` against it (validate.c), checks draining and sizes, and hands it to the model's
+ * batcher. Takes ownership of q in every case. Returns TPU_CODE_OK with *out a call whose
+ * completion will come back to `io` as a TPU__MSG_DONE message, or (for a request of 0 rows,
+ * which has nothing to compute) a call with rows == 0 that was not submitted: the caller answers
+ * it at once and frees it. Any other code: no call, msg says why, *model_out is the model when
+ * one was found (for counting) and then holds a reference: the caller tpu__model_release()s it
+ * after counting. On TPU_CODE_OK *model_out is call->model (the call's reference, released
+ * by tpu__call_free). The caller sets call->conn (and tracks it) or call->http after
+ * the return: completions are processed only by this same thread, so none can be seen earlier.
+ */
+int tpu__infer_submit(tpu__io_t *io, Inference__ModelInferRequest *q, uint64_t received_us,
+                      uint64_t timeout_us, tpu__call_t **out, tpu__model_t **model_out,
+                      char *msg, size_t msglen);
+/* Counts a finished infer call's end-to-end latency (received → answered), microseconds. */
+void tpu__observe_request(tpu__call_t *call);
+/* The name tpud reports for itself, and its version. */
+#define TPUD_SERVER_NAME "tpud"
+#define TPUD_SERVER_VERSION "0.1.0"
+
+/* ---- http.c: the OIP v2 REST endpoint, metrics and debug pages on the I/O threads ---- */
+/* Binds the HTTP listening socket (main thread, before the I/O threads serve it). */
+int tpu__http_bind(tpu_server_t *srv, char *err, size_t errlen);
+/* Starts this I/O thread's HTTP accept event on a dup of the listening socket (called on the
+ * I/O thread's base before its loop runs). Returns 0 or -1. */
+int tpu__http_io_start(tpu__io_t *io);
+/* Stops accepting HTTP connections on this I/O thread (I/O thread, at stop). */
+void tpu__http_io_stop(tpu__io_t *io);
+/* Frees this I/O thread's HTTP connections and state (after the thread has exited). */
+void tpu__http_io_free(tpu__io_t *io);
+/* Answers a completed HTTP infer call and frees it (I/O thread). */
+void tpu__http_done(tpu__io_t *io, tpu__call_t *call);
+
+/* ---- compute.c: the MatMul pool ---- */
+int tpu__mmpool_create(tpu_server_t *srv, unsigned threads, tpu__mmpool_t **out);
+/* Queues a MatMul call. Returns 0, or -1 when the pool is stopping. */
+int tpu__mmpool_submit(tpu__mmpool_t *pool, tpu__call_t *call);
+/* Stops the pool: queued calls are computed (abort 0) or failed UNAVAILABLE (abort 1). */
+void tpu__mmpool_stop(tpu__mmpool_t *pool, int abort);
+void tpu__mmpool_free(tpu__mmpool_t *pool);
+
+#endif /* TPU_SERVER_INT_H */

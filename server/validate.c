@@ -1,0 +1,284 @@
+/*
+ * validate.c - request validation (see validate.h). Pure: no I/O, no allocation.
+ *
+ * DESIGN
+ * Checks run in the order a client would fix them: the request's structure (inputs present, raw
+ * contents count), then each input (name, duplicates, datatype, rank, dims, element count with
+ * overflow checks, data length), then missing inputs, the batch dimension agreeing across
+ * inputs, and the requested outputs. The first failure wins and names what it is about.
+ */
+#include "validate.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "stats.h"
+#include "tpu_engine.h"
+
+static int fail(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *msg, size_t len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, len, fmt, ap);
+  va_end(ap);
+  return TPU_CODE_INVALID_ARGUMENT;
+}
+
+static const struct {
+  const char *name;
+  size_t size;
+} dtypes[] = {{"BOOL", 1},  {"UINT8", 1}, {"UINT16", 2}, {"UINT32", 4}, {"UINT64", 8},
+              {"INT8", 1},  {"INT16", 2}, {"INT32", 4},  {"INT64", 8},  {"FP16", 2},
+              {"FP32", 4},  {"FP64", 8},  {"BF16", 2}};
+
+size_t tpu_validate_dtype_size(const char *dt) {
+  if (!dt) return 0;
+  for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+    if (strcmp(dt, dtypes[i].name) == 0) return dtypes[i].size;
+  return 0;
+}
+
+void tpu_validate_format_shape(const int64_t *shape, size_t rank, char *buf, size_t len) {
+  size_t n = 0;
+  if (len == 0) return;
+  buf[0] = 0;
+  n += (size_t)snprintf(buf + n, len - n, "[");
+  for (size_t i = 0; i < rank && n < len; i++)
+    n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? "," : "", (long long)shape[i]);
+  if (n < len) snprintf(buf + n, len - n, "]");
+}
+
+int tpu_validate_shape(const char *what, const int64_t *shape, size_t rank, size_t elem_size,
+                       size_t *count, size_t *bytes, char *msg, size_t msglen) {
+  if (rank > TPU_VALIDATE_MAX_RANK)
+    return fail(msg, msglen, "%s: rank %zu exceeds the maximum of %d dimensions", what, rank,
+                TPU_VALIDATE_MAX_RANK), -1;
+  char s[256];
+  tpu_validate_format_shape(shape, rank, s, sizeof s);
+  int zero = 0;
+  for (size_t i = 0; i < rank; i++) {
+    if (shape[i] < 0) {
+      fail(msg, msglen,
+           "%s: shape %s: dimension %zu is %lld; request dimensions must be >= 0 (-1 only "
+           "appears in model shapes)",
+           what, s, i, (long long)shape[i]);
+      return -1;
+    }
+    if (shape[i] == 0) zero = 1;
+  }
+  uint64_t c = 1;
+  if (!zero) {
+    for (size_t i = 0; i < rank; i++) {
+      if (__builtin_mul_overflow(c, (uint64_t)shape[i], &c)) {
+        fail(msg, msglen, "%s: shape %s has too many elements (the product overflows 64 bits)",
+             what, s);
+        return -1;
+      }
+    }
+  } else {
+    c = 0;
+  }
+  uint64_t b;
+  if (__builtin_mul_overflow(c, (uint64_t)elem_size, &b) || c > SIZE_MAX || b > SIZE_MAX) {
+    fail(msg, msglen, "%s: shape %s has %llu elements: the byte size overflows", what, s,
+         (unsigned long long)c);
+    return -1;
+  }
+  *count = (size_t)c;
+  *bytes = (size_t)b;
+  return 0;
+}
+
+static const char *model_names(const tpu_tensor_spec_t *t, size_t n, char *buf, size_t len) {
+  size_t o = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < n && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, "%s'%s'", i ? ", " : "", t[i].name);
+  return buf;
+}
+
+int tpu_validate_infer(const tpu_vmodel_t *m, const tpu_vrequest_t *r, tpu_vresult_t *res,
+                       char *msg, size_t msglen) {
+  char names[256], s[256], ms[256];
+  memset(res, 0, sizeof *res);
+  if (m->ninputs > TPU_VALIDATE_MAX_TENSORS || m->noutputs > TPU_VALIDATE_MAX_TENSORS)
+    return fail(msg, msglen, "%s: too many tensors for this server", m->name);
+  if (r->ninputs == 0)
+    return fail(msg, msglen, "%s: request has no inputs; expected %s", m->name,
+                model_names(m->inputs, m->ninputs, names, sizeof names));
+  if (r->ninputs > TPU_VALIDATE_MAX_TENSORS)
+    return fail(msg, msglen, "%s: request has %zu inputs; the model has %zu", m->name,
+                r->ninputs, m->ninputs);
+  if (r->n_raw != 0 && r->n_raw != r->ninputs)
+    return fail(msg, msglen,
+                "%s: raw_input_contents has %zu entries for %zu inputs; expected one per input",
+                m->name, r->n_raw, r->ninputs);
+  for (size_t i = 0; i < m->ninputs; i++) res->input_of[i] = SIZE_MAX;
+
+  int64_t batch = -1; /* value of the -1 dimension, once an input has set it */
+  const char *batch_from = NULL;
+  for (size_t i = 0; i < r->ninputs; i++) {
+    const tpu_vinput_t *in = &r->inputs[i];
+    const char *nm = in->name ? in->name : "";
+    size_t mi = 0;
+    while (mi < m->ninputs && strcmp(m->inputs[mi].name, nm) != 0) mi++;
+    if (mi == m->ninputs)
+      return fail(msg, msglen, "input '%s': %s has no such input; expected %s", nm, m->name,
+                  model_names(m->inputs, m->ninputs, names, sizeof names));
+    if (res->input_of[mi] != SIZE_MAX)
+      return fail(msg, msglen, "input '%s': appears more than once in the request", nm);
+    res->input_of[mi] = i;
+    const tpu_tensor_spec_t *spec = &m->inputs[mi];
+    const char *dt = in->datatype ? in->datatype : "";
+    size_t esize = tpu_validate_dtype_size(dt);
+    if (esize == 0)
+      return fail(msg, msglen,
+                  "input '%s': unknown or unsupported datatype '%s'; expected %s", nm, dt,
+                  spec->datatype);
+    if (strcmp(dt, spec->datatype) != 0)
+      return fail(msg, msglen, "input '%s': datatype %s, expected %s", nm, dt, spec->datatype);
+    char what[160];
+    snprintf(what, sizeof what, "input '%s'", nm);
+    size_t count, bytes;
+    if (tpu_validate_shape(what, in->shape, in->rank, esize, &count, &bytes, msg, msglen) != 0)
+      return TPU_CODE_INVALID_ARGUMENT;
+    tpu_validate_format_shape(in->shape, in->rank, s, sizeof s);
+    tpu_validate_format_shape(spec->shape, spec->rank, ms, sizeof ms);
+    if (in->rank != spec->rank)
+      return fail(msg, msglen, "input '%s': shape %s has rank %zu, expected rank %zu (model shape %s)",
+                  nm, s, in->rank, spec->rank, ms);
+    for (size_t d = 0; d < in->rank; d++) {
+      if (spec->shape[d] == -1) {
+        if (batch >= 0 && in->shape[d] != batch)
+          return fail(msg, msglen,
+                      "input '%s': batch dimension is %lld but input '%s' has %lld; all inputs "
+                      "must have the same batch size",
+                      nm, (long long)in->shape[d], batch_from, (long long)batch);
+        batch = in->shape[d];
+        batch_from = nm;
+      } else if (in->shape[d] != spec->shape[d]) {
+        return fail(msg, msglen,
+                    "input '%s': shape %s does not match the model shape %s: dimension %zu "
+                    "must be %lld",
+                    nm, s, ms, d, (long long)spec->shape[d]);
+      }
+    }
+    /* Data: raw or typed, never both, exactly the shape's size. */
+    int typed = in->n_fp32 > 0 || in->n_other_typed > 0;
+    if (r->n_raw) {
+      if (typed)
+        return fail(msg, msglen,
+                    "input '%s': has typed contents but the request uses raw_input_contents; "
+                    "send every input one way",
+                    nm);
+      if (in->raw_len != bytes)
+        return fail(msg, msglen, "input '%s': shape %s needs %zu bytes of %s data, got %zu", nm,
+                    s, bytes, dt, in->raw_len);
+      res->data[mi] = in->raw;
+    } else if (in->n_other_typed > 0) {
+      return fail(msg, msglen,
+                  "input '%s': datatype %s takes contents.fp32_contents or "
+                  "raw_input_contents; got %s",
+                  nm, dt, in->other_field ? in->other_field : "another typed field");
+    } else if (strcmp(dt, "FP32") != 0 && count > 0) {
+      return fail(msg, msglen, "input '%s': datatype %s data must be sent in raw_input_contents",
+                  nm, dt);
+    } else {
+      if (in->n_fp32 != count)
+        return fail(msg, msglen,
+                    "input '%s': shape %s needs %zu FP32 values in contents.fp32_contents, got "
+                    "%zu",
+                    nm, s, count, in->n_fp32);
+      res->data[mi] = in->fp32;
+    }
+    res->bytes[mi] = bytes;
+  }
+  for (size_t mi = 0; mi < m->ninputs; mi++)
+    if (res->input_of[mi] == SIZE_MAX)
+      return fail(msg, msglen, "%s: missing input '%s'", m->name, m->inputs[mi].name);
+  res->rows = batch >= 0 ? (size_t)batch : 1;
+
+  if (r->noutputs == 0) {
+    for (size_t j = 0; j < m->noutputs; j++) res->want_output[j] = 1;
+    return TPU_CODE_OK;
+  }
+  for (size_t k = 0; k < r->noutputs; k++) {
+    const char *nm = r->outputs[k] ? r->outputs[k] : "";
+    size_t j = 0;
+    while (j < m->noutputs && strcmp(m->outputs[j].name, nm) != 0) j++;
+    if (j == m->noutputs)
+      return fail(msg, msglen, "output '%s': %s has no such output; expected %s", nm, m->name,
+                  model_names(m->outputs, m->noutputs, names, sizeof names));
+    if (res->want_output[j])
+      return fail(msg, msglen, "output '%s': requested more than once", nm);
+    res->want_output[j] = 1;
+  }
+  return TPU_CODE_OK;
+}
+
+static int engine_dtype(const char *dt, int *out) {
+  if (!dt) return -1;
+  if (strcmp(dt, "FP32") == 0) *out = TPU_DTYPE_FP32;
+  else if (strcmp(dt, "BF16") == 0) *out = TPU_DTYPE_BF16;
+  else if (strcmp(dt, "INT8") == 0) *out = TPU_DTYPE_INT8;
+  else return -1;
+  return 0;
+}
+
+int tpu_validate_matmul(const tpu_vtensor_t *a, const tpu_vtensor_t *b, uint64_t max_elems,
+                        size_t *m, size_t *k, size_t *n, int *dtype, char *msg, size_t msglen) {
+  const tpu_vtensor_t *t[2] = {a, b};
+  const char *nm[2] = {"a", "b"};
+  int dt[2];
+  size_t count[2], bytes[2];
+  char s[256];
+  for (int i = 0; i < 2; i++) {
+    if (!t[i]->present) return fail(msg, msglen, "matmul: tensor '%s' is missing", nm[i]);
+    const char *d = t[i]->datatype ? t[i]->datatype : "";
+    if (engine_dtype(d, &dt[i]) != 0)
+      return fail(msg, msglen, "matmul: tensor '%s': datatype '%s', expected FP32, BF16 or INT8",
+                  nm[i], d);
+    char what[32];
+    snprintf(what, sizeof what, "matmul: tensor '%s'", nm[i]);
+    if (t[i]->rank != 2) {
+      tpu_validate_format_shape(t[i]->shape, t[i]->rank < 9 ? t[i]->rank : 9, s, sizeof s);
+      return fail(msg, msglen, "%s: shape %s has rank %zu, expected rank 2 ([%s])", what, s,
+                  t[i]->rank, i == 0 ? "M,K" : "K,N");
+    }
+    if (tpu_validate_shape(what, t[i]->shape, 2, tpu_dtype_size((tpu_dtype_t)dt[i]), &count[i],
+                           &bytes[i], msg, msglen) != 0)
+      return TPU_CODE_INVALID_ARGUMENT;
+    tpu_validate_format_shape(t[i]->shape, 2, s, sizeof s);
+    if (t[i]->shape[0] == 0 || t[i]->shape[1] == 0)
+      return fail(msg, msglen, "%s: shape %s: every dimension must be >= 1", what, s);
+    if ((uint64_t)count[i] > max_elems) {
+      snprintf(msg, msglen, "%s: shape %s has %zu elements; the limit is %llu", what, s,
+               count[i], (unsigned long long)max_elems);
+      return TPU_CODE_RESOURCE_EXHAUSTED;
+    }
+    if (t[i]->data_len != bytes[i])
+      return fail(msg, msglen, "%s: shape %s needs %zu bytes of %s data, got %zu", what, s,
+                  bytes[i], d, t[i]->data_len);
+  }
+  if (dt[0] != dt[1])
+    return fail(msg, msglen, "matmul: a is %s but b is %s; both must have the same datatype",
+                a->datatype, b->datatype);
+  if (a->shape[1] != b->shape[0])
+    return fail(msg, msglen, "matmul: a is [%lld,%lld] and b is [%lld,%lld]: K must match "
+                "(a's columns %lld != b's rows %lld)",
+                (long long)a->shape[0], (long long)a->shape[1], (long long)b->shape[0],
+                (long long)b->shape[1], (long long)a->shape[1], (long long)b->shape[0]);
+  uint64_t mn;
+  if (__builtin_mul_overflow((uint64_t)a->shape[0], (uint64_t)b->shape[1], &mn) ||
+      mn > max_elems) {
+    snprintf(msg, msglen, "matmul: result [%lld,%lld] exceeds the limit of %llu elements",
+             (long long)a->shape[0], (long long)b->shape[1], (unsigned long long)max_elems);
+    return TPU_CODE_RESOURCE_EXHAUSTED;
+  }
+  *m = (size_t)a->shape[0];
+  *k = (size_t)a->shape[1];
+  *n = (size_t)b->shape[1];
+  *dtype = dt[0];
+  return TPU_CODE_OK;
+}

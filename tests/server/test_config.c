@@ -1,0 +1,140 @@
+/*
+ * test_config.c - option defaults, flags, the JSON file, precedence and every error path.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "tpu_test.h"
+
+static tpu_config_result_t parse(tpu_config_t *c, char *err, int argc, const char **argv) {
+  tpu_config_defaults(c);
+  return tpu_config_parse(c, argc, (char **)argv, err, 512);
+}
+
+static void test_defaults(void) {
+  tpu_config_t c;
+  char err[512];
+  const char *argv[] = {"tpud"};
+  CU_ASSERT_EQUAL(parse(&c, err, 1, argv), TPU_CONFIG_OK);
+  CU_ASSERT_STRING_EQUAL(c.models, "./models");
+  CU_ASSERT_STRING_EQUAL(c.listen, "127.0.0.1");
+  CU_ASSERT_EQUAL(c.port, 8500);
+  CU_ASSERT_EQUAL(c.http_port, 8501);
+  CU_ASSERT(c.threads >= 1);
+  CU_ASSERT_EQUAL(c.io_threads, 1);
+  CU_ASSERT_EQUAL(c.max_message_bytes, 64u << 20);
+  CU_ASSERT_EQUAL(c.log_level, TPU_LOG_INFO);
+}
+
+static void test_flags(void) {
+  tpu_config_t c;
+  char err[512];
+  const char *argv[] = {"tpud", "--port", "0", "--models=/srv/m", "--io-threads", "3",
+                        "--log-level", "debug", "--max-message-bytes", "1048576"};
+  CU_ASSERT_EQUAL(parse(&c, err, 10, argv), TPU_CONFIG_OK);
+  CU_ASSERT_EQUAL(c.port, 0);
+  CU_ASSERT_STRING_EQUAL(c.models, "/srv/m");
+  CU_ASSERT_EQUAL(c.io_threads, 3);
+  CU_ASSERT_EQUAL(c.log_level, TPU_LOG_DEBUG);
+  CU_ASSERT_EQUAL(c.max_message_bytes, 1048576);
+}
+
+static void test_file_then_flags(void) {
+  char path[] = "/tmp/tpud_cfg_XXXXXX";
+  int fd = mkstemp(path);
+  CU_ASSERT_FATAL(fd >= 0);
+  const char *json = "{\"port\": 9000, \"threads\": 3, \"listen\": \"0.0.0.0\", \"log-level\": \"warn\"}";
+  CU_ASSERT(write(fd, json, strlen(json)) == (ssize_t)strlen(json));
+  close(fd);
+  tpu_config_t c;
+  char err[512];
+  const char *argv[] = {"tpud", "--port", "9100", "--config", path};
+  CU_ASSERT_EQUAL(parse(&c, err, 5, argv), TPU_CONFIG_OK);
+  CU_ASSERT_EQUAL(c.port, 9100); /* flag wins, even given before --config */
+  CU_ASSERT_EQUAL(c.threads, 3); /* from the file */
+  CU_ASSERT_STRING_EQUAL(c.listen, "0.0.0.0");
+  CU_ASSERT_EQUAL(c.log_level, TPU_LOG_WARN);
+  unlink(path);
+}
+
+static void expect_error(int argc, const char **argv, const char *needle) {
+  tpu_config_t c;
+  char err[512] = "";
+  CU_ASSERT_EQUAL(parse(&c, err, argc, argv), TPU_CONFIG_ERROR);
+  if (!strstr(err, needle)) printf("\n  message was: %s (wanted '%s')\n", err, needle);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, needle));
+}
+
+static void test_bad_flags(void) {
+  const char *a1[] = {"tpud", "--bogus", "1"};
+  expect_error(3, a1, "unknown option '--bogus'");
+  const char *a2[] = {"tpud", "--port", "65536"};
+  expect_error(3, a2, "from 0 to 65535");
+  const char *a3[] = {"tpud", "--port", "-1"};
+  expect_error(3, a3, "'port' needs an integer");
+  const char *a4[] = {"tpud", "--threads", "0"};
+  expect_error(3, a4, "from 1 to");
+  const char *a5[] = {"tpud", "--port"};
+  expect_error(2, a5, "needs a value");
+  const char *a6[] = {"tpud", "--log-level", "loud"};
+  expect_error(3, a6, "debug, info, warn, error");
+  const char *a7[] = {"tpud", "positional"};
+  expect_error(2, a7, "unexpected argument");
+  const char *a8[] = {"tpud", "--port", "12x"};
+  expect_error(3, a8, "got '12x'");
+  const char *a9[] = {"tpud", "--models="};
+  expect_error(2, a9, "non-empty");
+  const char *a10[] = {"tpud", "--config", "/nonexistent/tpud.json"};
+  expect_error(3, a10, "cannot open");
+  const char *a11[] = {"tpud", "--tls-cert", "x.pem"}; /* not pretended to be supported */
+  expect_error(3, a11, "unknown option");
+}
+
+static void test_bad_json(void) {
+  tpu_config_t c;
+  char err[512];
+  tpu_config_defaults(&c);
+  CU_ASSERT_EQUAL(tpu_config_apply_json(&c, "{\"prot\": 1}", "f.json", err, sizeof err), -1);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "unknown option 'prot'"));
+  CU_ASSERT_EQUAL(tpu_config_apply_json(&c, "{\"port\": \"80\"}", "f.json", err, sizeof err), -1);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "needs a JSON integer"));
+  CU_ASSERT_EQUAL(tpu_config_apply_json(&c, "{\"port\": -5}", "f.json", err, sizeof err), -1);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "must not be negative"));
+  CU_ASSERT_EQUAL(tpu_config_apply_json(&c, "[1]", "f.json", err, sizeof err), -1);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "expected a JSON object"));
+  CU_ASSERT_EQUAL(tpu_config_apply_json(&c, "{\"port\": 1,", "f.json", err, sizeof err), -1);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "invalid JSON"));
+  CU_ASSERT_EQUAL(tpu_config_apply_json(&c, "{\"port\": 1, \"port\": 2}", "f.json", err, sizeof err), -1);
+  CU_ASSERT_EQUAL(tpu_config_apply_json(&c, "{\"models\": 3}", "f.json", err, sizeof err), -1);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "needs a JSON string"));
+  CU_ASSERT_EQUAL(c.port, 8500); /* failed applies leave what they had not reached */
+  CU_ASSERT_EQUAL(tpu_config_apply_json(&c, "{\"queue-rows\": 10}", "f.json", err, sizeof err), 0);
+  CU_ASSERT_EQUAL(c.queue_rows, 10);
+}
+
+static void test_help(void) {
+  tpu_config_t c;
+  char err[512];
+  const char *argv[] = {"tpud", "--port", "1", "--help"};
+  CU_ASSERT_EQUAL(parse(&c, err, 4, argv), TPU_CONFIG_HELP);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  tpu_config_usage(f);
+  fclose(f);
+  const char *must[] = {"--models DIR", "--listen ADDR", "--port N", "--http-port N",
+                        "--threads N", "--io-threads N", "--max-connections N",
+                        "--idle-timeout-s N", "--max-message-bytes N",
+                        "--max-inflight-per-conn N", "--queue-rows N", "--drain-timeout-s N",
+                        "--poll-seconds N", "--log-level LEVEL", "--config FILE",
+                        "default 8500", "unit: seconds"};
+  for (size_t i = 0; i < sizeof must / sizeof must[0]; i++) CU_ASSERT_PTR_NOT_NULL(strstr(buf, must[i]));
+  free(buf);
+}
+
+TPU_TEST_SUITE(server_config, {"defaults", test_defaults}, {"flags", test_flags},
+               {"file_then_flags", test_file_then_flags}, {"bad_flags", test_bad_flags},
+               {"bad_json", test_bad_json}, {"help", test_help})
