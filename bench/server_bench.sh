@@ -9,6 +9,13 @@
 #        MODES ("on off"), IO_THREADS (default 1), THREADS (default 1),
 #        SERVER_CPUS / CLIENT_CPUS (taskset lists; default: no pinning), MODEL (default digits)
 # Client and server share the machine: on a 2-core box the numbers include the client's cost.
+# Measured 2026-11-29 (2 vCPUs shared with other builds, load average ~7: noisy; --threads 1
+# --io-threads 1, no pinning; interleaved A/B, 3 s runs, digits, batching on):
+#                        before (evhttp, fixed wait)     after (own HTTP/1.1, adaptive batcher)
+#   http   1 conn        0.9-1.1k req/s  p50 0.71-0.80 ms  2.4-6.5k req/s  p50 0.06-0.18 ms
+#   native 1 conn        1.0-1.2k req/s  p50 0.71-0.76 ms  1.4-3.9k req/s  p50 0.13-0.21 ms
+#   http   64 conns      9.1-10.2k req/s p50 5.6-6.6 ms    12.8-14.2k req/s p50 3.8-4.0 ms
+#   native 64 conns      19.9-25.1k req/s                  21.4-21.5k req/s (unchanged path; noise)
 set -u
 BUILD=${1:-build-fast}
 SRC=${2:-.}

@@ -1,5 +1,6 @@
 /*
- * tpuctl.c - command-line client of tpud: health, models, infer, matmul, load, unload.
+ * tpuctl.c - command-line client of tpud: health, models, infer, matmul, load, unload, and
+ * `audit verify` (offline: the server's own verifier, server/audit_verify.c, linked in).
  *
  * DESIGN
  * A thin shell over libtpuclient and proto/tpu_oip_json: parse flags, read the JSON body, make
@@ -22,6 +23,16 @@
 
 #include "tpu_oip_json.h"
 #include "tpuclient.h"
+#ifdef TPUCTL_AUDIT
+#include "audit_verify.h"
+#define AUDIT_SYNOPSIS "audit verify [--key FILE] [--head FILE] [--allow-torn] FILE..."
+#define AUDIT_HELP                                                                            \
+  "Checks tpud audit logs offline (oldest file first: rotated <log>.<seq> files, then <log>):\n" \
+  "sequence, hash chain and each record's hash (HMAC-SHA256 with --key). Prints OK with the\n"  \
+  "record count and the chain head, or the first bad record (file, line, seq) and what is\n"  \
+  "wrong. --head FILE also checks the log against a saved head file; --allow-torn accepts a\n" \
+  "torn last line (a crash). Exit 0 OK, 1 a fault, 2 usage or unreadable file.\n"
+#endif
 
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
@@ -443,6 +454,9 @@ static void print_help(const command_t *cmd) {
   printf("usage: %s [GLOBAL FLAGS] COMMAND [ARGS]\n\ntpud's command-line client.\n\nCommands:\n",
          prog);
   for (size_t i = 0; i < NCOMMANDS; i++) printf("  %s\n", commands[i].synopsis);
+#ifdef TPUCTL_AUDIT
+  printf("  %s\n", AUDIT_SYNOPSIS);
+#endif
   printf("\n%s", global_help);
 }
 
@@ -535,6 +549,18 @@ static const char *flag_name(unsigned bit) {
 }
 
 int main(int argc, char **argv) {
+#ifdef TPUCTL_AUDIT
+  /* Offline: reads log files, talks to no server; its own flags (audit_verify.h). */
+  if (argc > 1 && strcmp(argv[1], "audit") == 0) {
+    if (argc > 2 && strcmp(argv[2], "verify") == 0)
+      return tpu_audit_verify_cli(argc - 2, argv + 2, stdout, stderr);
+    if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+      printf("usage: %s %s\n\n%s", prog, AUDIT_SYNOPSIS, AUDIT_HELP);
+      return 0;
+    }
+    return usage_error("usage: %s %s", prog, AUDIT_SYNOPSIS);
+  }
+#endif
   cli_t cli;
   int rc = parse_args(argc, argv, &cli);
   if (rc) return rc;

@@ -33,6 +33,9 @@ struct tpu_batcher {
   unsigned char *inbuf, *outbuf;
   segment_t *segs;
   uint64_t next_batch_id;
+  /* Adaptive fill target: an exponentially weighted mean of the rows recent batches took, in
+   * 1/16 rows (fixed point), starting at cap (so a fresh batcher waits for company, as before). */
+  size_t fill16;
   pthread_t thread;
   int started, joined;
 
@@ -40,6 +43,7 @@ struct tpu_batcher {
   pthread_cond_t cv;
   tpu_qnode_t *head, *tail;
   size_t queued_rows;
+  size_t target;      /* rows worth waiting for now (1..cap): submit wakes the thread at it */
   int stopping, aborting;
   char stop_why[256]; /* message of requests refused or failed by the stop; "" = shutdown */
 };
@@ -121,8 +125,15 @@ static void *batcher_main(void *arg) {
   for (;;) {
     while (!b->head && !b->stopping) pthread_cond_wait(&b->cv, &b->mu);
     if (!b->head) break; /* stopping and drained */
-    /* Wait for the batch to fill, at most max_queue_delay_us after the oldest row arrived. */
-    while (!b->stopping && b->queued_rows < b->cap) {
+    /* Wait for the batch to fill, at most max_queue_delay_us after the oldest row arrived, and
+     * only up to the rows recent batches actually got (the target): under a load that brings
+     * 40 rows per batch window it waits for ~40, with one closed-loop client it stops waiting
+     * for company that never comes. A batch that found more rows queued than the target raises
+     * it; one that timed out short lowers it. */
+    b->target = (b->fill16 + 8) / 16;
+    if (b->target < 1) b->target = 1;
+    if (b->target > b->cap) b->target = b->cap;
+    while (!b->stopping && b->queued_rows < b->target) {
       uint64_t until = req_of(b->head)->enqueued_us + b->cfg.max_queue_delay_us;
       if (tpu_now_us() >= until) break;
       wait_until(b, until);
@@ -172,6 +183,12 @@ static void *batcher_main(void *arg) {
       b->queued_rows -= take;
       if (r->taken == r->rows) do_pop_head(b);
     }
+    /* The rows there were to take (capped): what the next batch may expect. */
+    {
+      size_t seen = b->queued_rows + n;
+      if (seen > b->cap) seen = b->cap;
+      if (n > 0) b->fill16 = b->fill16 + (seen * 16) / 4 - b->fill16 / 4;
+    }
     pthread_mutex_unlock(&b->mu);
     while (failed) {
       tpu_qnode_t *next = failed->next;
@@ -217,6 +234,8 @@ int tpu_batcher_create(const tpu_batcher_config_t *cfg, tpu_batcher_t **out) {
   }
   b->max_rows = b->buckets[b->nbuckets - 1];
   b->cap = cfg->max_batch_size < b->max_rows ? cfg->max_batch_size : b->max_rows;
+  b->fill16 = b->cap * 16;
+  b->target = b->cap;
   if (b->max_rows > SIZE_MAX / cfg->in_row_bytes || b->max_rows > SIZE_MAX / cfg->out_row_bytes) {
     errno = EOVERFLOW;
     goto fail;
@@ -283,7 +302,8 @@ int tpu_batcher_submit(tpu_batcher_t *b, tpu_batch_req_t *r, char *msg, size_t m
   b->tail = &r->link;
   b->queued_rows += r->rows;
   /* Wake the thread when it may be idle (queue was empty) or its batch just became full. */
-  if (was_empty || b->queued_rows >= b->cap) pthread_cond_signal(&b->cv);
+  if (was_empty || (b->queued_rows >= b->target && b->queued_rows - r->rows < b->target))
+    pthread_cond_signal(&b->cv);
   pthread_mutex_unlock(&b->mu);
   return TPU_CODE_OK;
 }

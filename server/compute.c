@@ -59,7 +59,7 @@ static void run_matmul(tpu__mmpool_t *p, tpu__call_t *call, int aborting) {
       call->code = TPU_CODE_OK;
     }
   }
-  tpu__call_complete(call);
+  tpu__call_finish(call); /* digests and the audit record here, on this pool thread */
 }
 
 static void *pool_main(void *arg) {

@@ -8,6 +8,8 @@
  */
 #include "config.h"
 
+#include "audit.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -15,7 +17,9 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef enum { OPT_STR, OPT_UINT, OPT_U64, OPT_LEVEL } opt_type_t;
+/* OPT_FSYNC: always|interval|never (tpu_audit_fsync_t); OPT_BOOL: a switch (int 0/1): the bare
+ * flag sets it, "--name=false" clears it, JSON true/false. */
+typedef enum { OPT_STR, OPT_UINT, OPT_U64, OPT_LEVEL, OPT_FSYNC, OPT_BOOL } opt_type_t;
 
 typedef struct {
   const char *name;   /* flag without "--", and JSON key */
@@ -66,6 +70,20 @@ static const opt_t options[] = {
      "on SIGTERM/SIGINT, time in-flight requests get to finish"},
     {"poll-seconds", OPT_UINT, OFF(poll_seconds), 0, 0, 86400, "5", "seconds",
      "model repository rescan period (SIGHUP also rescans); 0 disables"},
+    {"audit-log", OPT_STR, OFF(audit_log), SZ(audit_log), 0, 0, "none (audit off)", "file",
+     "tamper-evident audit log: one hash-chained JSON record per request and admin event"},
+    {"audit-key", OPT_STR, OFF(audit_key), SZ(audit_key), 0, 0, "none (plain SHA-256)", "file",
+     "key file: audit record hashes are HMAC-SHA256 with its bytes (at least 16)"},
+    {"audit-head", OPT_STR, OFF(audit_head), SZ(audit_head), 0, 0, "<audit-log>.head", "file",
+     "chain-head file rewritten every second (\"none\": no head file)"},
+    {"audit-fsync", OPT_FSYNC, OFF(audit_fsync), 0, 0, 0, "interval", "always|interval|never",
+     "audit durability: always = a response waits until its record is on disk"},
+    {"audit-fsync-interval-ms", OPT_UINT, OFF(audit_fsync_interval_ms), 0, 1, 3600000, "100",
+     "milliseconds", "with --audit-fsync interval, time between fdatasyncs"},
+    {"audit-max-bytes", OPT_U64, OFF(audit_max_bytes), 0, 0, (uint64_t)1 << 50, "0", "bytes",
+     "rotate the audit log at this size (SIGHUP also rotates); 0 = size never rotates"},
+    {"audit-fail-open", OPT_BOOL, OFF(audit_fail_open), 0, 0, 1, "off", "switch",
+     "keep serving when the audit log cannot be written, counting lost records"},
     {"log-level", OPT_LEVEL, OFF(log_level), 0, 0, 0, "info", "debug|info|warn|error",
      "least severe level written to stderr"},
 };
@@ -91,6 +109,8 @@ void tpu_config_defaults(tpu_config_t *cfg) {
   cfg->queue_rows = 4096;
   cfg->drain_timeout_s = 10;
   cfg->poll_seconds = 5;
+  cfg->audit_fsync = TPU_AUDIT_FSYNC_INTERVAL;
+  cfg->audit_fsync_interval_ms = 100;
   cfg->log_level = TPU_LOG_INFO;
 }
 
@@ -127,6 +147,27 @@ static int set_value(tpu_config_t *cfg, const opt_t *o, const char *value, const
     if (tpu_log_parse_level(value, (tpu_log_level_t *)(void *)field) != 0) {
       seterr(err, errlen, "%s: option '%s' must be one of debug, info, warn, error; got '%s'",
              src, o->name, value);
+      return -1;
+    }
+    return 0;
+  case OPT_FSYNC: {
+    tpu_audit_fsync_t f;
+    if (tpu_audit_parse_fsync(value, &f) != 0) {
+      seterr(err, errlen, "%s: option '%s' must be one of always, interval, never; got '%s'",
+             src, o->name, value);
+      return -1;
+    }
+    *(int *)(void *)field = (int)f;
+    return 0;
+  }
+  case OPT_BOOL:
+    if (!strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "on")) {
+      *(int *)(void *)field = 1;
+    } else if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "off")) {
+      *(int *)(void *)field = 0;
+    } else {
+      seterr(err, errlen, "%s: option '%s' is a switch: true or false; got '%s'", src, o->name,
+             value);
       return -1;
     }
     return 0;
@@ -177,8 +218,11 @@ int tpu_config_apply_json(tpu_config_t *cfg, const char *text, const char *what,
     }
     char buf[64];
     const char *text_val;
-    if (json_is_string(val) && (o->type == OPT_STR || o->type == OPT_LEVEL)) {
+    if (json_is_string(val) &&
+        (o->type == OPT_STR || o->type == OPT_LEVEL || o->type == OPT_FSYNC)) {
       text_val = json_string_value(val);
+    } else if (json_is_boolean(val) && o->type == OPT_BOOL) {
+      text_val = json_is_true(val) ? "true" : "false";
     } else if (json_is_integer(val) && (o->type == OPT_UINT || o->type == OPT_U64)) {
       json_int_t v = json_integer_value(val);
       if (v < 0) {
@@ -190,7 +234,9 @@ int tpu_config_apply_json(tpu_config_t *cfg, const char *text, const char *what,
       text_val = buf;
     } else {
       seterr(err, errlen, "%s: option '%s' needs a JSON %s", what, key,
-             o->type == OPT_STR || o->type == OPT_LEVEL ? "string" : "integer");
+             o->type == OPT_BOOL                                               ? "boolean"
+             : o->type == OPT_UINT || o->type == OPT_U64                       ? "integer"
+                                                                               : "string");
       goto out;
     }
     if (set_value(cfg, o, text_val, what, err, errlen) != 0) goto out;
@@ -263,6 +309,10 @@ static int flag_at(int argc, char **argv, int *i, const char **name, size_t *nle
     seterr(err, errlen, "unknown option '--%s' (see tpud --help)", *name);
     return -1;
   }
+  if (find_opt(*name, *nlen) && find_opt(*name, *nlen)->type == OPT_BOOL) {
+    *value = "true"; /* a bare switch; "--name=false" takes the branch above */
+    return 0;
+  }
   if (*i + 1 >= argc) {
     seterr(err, errlen, "option '--%s' needs a value", *name);
     return -1;
@@ -315,13 +365,16 @@ void tpu_config_usage(FILE *out) {
     const opt_t *o = &options[i];
     char left[64];
     snprintf(left, sizeof left, "--%s %s", o->name,
-             o->type == OPT_STR ? "DIR" : o->type == OPT_LEVEL ? "LEVEL" : "N");
+             o->type == OPT_STR     ? (strcmp(o->unit, "file") == 0 ? "FILE" : "DIR")
+             : o->type == OPT_LEVEL ? "LEVEL"
+             : o->type == OPT_FSYNC ? "POLICY"
+             : o->type == OPT_BOOL  ? ""
+                                    : "N");
     if (strcmp(o->name, "listen") == 0) snprintf(left, sizeof left, "--listen ADDR");
     fprintf(out, "  %-29s %s\n  %-29s (default %s; unit: %s)\n", left, o->help, "", o->dflt,
             o->unit);
   }
-  fprintf(out, "\nNot in this build: TLS (--tls-*) and the audit log (--audit-log) come with "
-               "their own issues.\n");
+  fprintf(out, "\nNot in this build: TLS (--tls-*) comes with its own issue.\n");
 }
 
 struct json_t *tpu_config_to_json(const tpu_config_t *cfg) {
@@ -338,6 +391,14 @@ struct json_t *tpu_config_to_json(const tpu_config_t *cfg) {
     case OPT_LEVEL:
       v = json_string(tpu_log_level_name(*(const tpu_log_level_t *)(const void *)field));
       break;
+    case OPT_FSYNC: {
+      int f = *(const int *)(const void *)field;
+      v = json_string(f == TPU_AUDIT_FSYNC_ALWAYS ? "always"
+                      : f == TPU_AUDIT_FSYNC_NEVER ? "never"
+                                                   : "interval");
+      break;
+    }
+    case OPT_BOOL: v = json_boolean(*(const int *)(const void *)field); break;
     }
     if (!v || json_object_set_new(o, opt->name, v) != 0) {
       json_decref(o);

@@ -156,7 +156,7 @@ static void infer_done(tpu_batch_req_t *req, void *ctx) {
   tpu__call_t *call = req->user;
   call->code = req->code;
   if (req->code != TPU_CODE_OK) snprintf(call->msg_text, sizeof call->msg_text, "%s", req->msg);
-  tpu__call_complete(call); /* batcher thread → the owning I/O thread */
+  tpu__call_finish(call); /* batcher thread → (audit writer →) the owning I/O thread */
 }
 
 /* The batcher's completion callback, for server.c to install. */
@@ -188,9 +188,9 @@ static void send_infer_response(tpu__conn_t *conn, uint64_t id, tpu__model_t *m,
 
 /* Input datatypes the HTTP endpoint converts to the model's FP32 are handled in http.c; here
  * (both protocols) the request must already be what the model takes. */
-int tpu__infer_submit(tpu__io_t *io, Inference__ModelInferRequest *q, uint64_t received_us,
-                      uint64_t timeout_us, tpu__call_t **out, tpu__model_t **model_out,
-                      char *msg, size_t msglen) {
+int tpu__infer_submit(tpu__io_t *io, const char *client, Inference__ModelInferRequest *q,
+                      uint64_t received_us, uint64_t timeout_us, tpu__call_t **out,
+                      tpu__model_t **model_out, char *msg, size_t msglen) {
   tpu_server_t *srv = io->srv;
   *out = NULL;
   *model_out = NULL;
@@ -278,7 +278,9 @@ int tpu__infer_submit(tpu__io_t *io, Inference__ModelInferRequest *q, uint64_t r
   call->infer = q;
   call->out = outbuf;
   call->rows = res.rows;
+  snprintf(call->client, sizeof call->client, "%s", client ? client : "");
   if (res.rows == 0) { /* nothing to compute: an empty batch has an empty answer */
+    tpu__audit_reject(srv, client, q->id, m->name, m->version_str, TPU_CODE_OK, "0 rows");
     *out = call;
     return TPU_CODE_OK;
   }
@@ -290,6 +292,7 @@ int tpu__infer_submit(tpu__io_t *io, Inference__ModelInferRequest *q, uint64_t r
   call->breq.user = call;
   code = tpu_batcher_submit(m->batcher, &call->breq, msg, msglen);
   if (code != TPU_CODE_OK) {
+    tpu__audit_reject(srv, client, q->id, m->name, m->version_str, code, msg);
     call->model = NULL;   /* the reference stays with *model_out, for the caller's count */
     tpu__call_free(call); /* frees q too */
     return code;
@@ -297,6 +300,8 @@ int tpu__infer_submit(tpu__io_t *io, Inference__ModelInferRequest *q, uint64_t r
   *out = call;
   return TPU_CODE_OK;
 free_q:
+  tpu__audit_reject(srv, client, q->id, q->model_name, m ? m->version_str : q->model_version,
+                    code, msg);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return code;
 }
@@ -312,8 +317,8 @@ static void do_infer(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t rec
   char msg[512];
   tpu__call_t *call;
   tpu__model_t *m;
-  int code = tpu__infer_submit(conn->io, q, received_us, env->timeout_us, &call, &m, msg,
-                               sizeof msg);
+  int code = tpu__infer_submit(conn->io, conn->peer, q, received_us, env->timeout_us, &call, &m,
+                               msg, sizeof msg);
   if (code != TPU_CODE_OK) {
     reply_error(conn, env->id, code, msg, m);
     tpu__model_release(m);
@@ -331,6 +336,13 @@ static void do_infer(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t rec
 
 /* ---- ModelLoad / ModelUnload: queued to the repository thread ---- */
 
+/* Answers a ModelLoad/ModelUnload refused on the I/O thread, and records it. */
+static void load_unload_error(tpu__conn_t *conn, Tpud__RequestEnvelope *env, const char *name,
+                              const char *version, int code, const char *msg) {
+  tpu__audit_reject(conn->io->srv, conn->peer, NULL, name, version, code, msg);
+  reply_error(conn, env->id, code, msg, NULL);
+}
+
 static void do_model_load_unload(tpu__conn_t *conn, Tpud__RequestEnvelope *env,
                                  uint64_t received_us, int load, const char *name,
                                  const char *version) {
@@ -338,20 +350,20 @@ static void do_model_load_unload(tpu__conn_t *conn, Tpud__RequestEnvelope *env,
   char msg[512];
   uint64_t v = 0;
   if (!name || !*name) {
-    reply_error(conn, env->id, TPU_CODE_INVALID_ARGUMENT, "no model name given", NULL);
+    load_unload_error(conn, env, name, version, TPU_CODE_INVALID_ARGUMENT, "no model name given");
     return;
   }
   if (strlen(name) > TPU_REPO_MAX_NAME || strchr(name, '/') || name[0] == '.') {
     snprintf(msg, sizeof msg, "model name '%.140s' is not valid: expected the name of a "
              "directory of the repository (1 to %d bytes, no '/', not starting with '.')",
              name, TPU_REPO_MAX_NAME);
-    reply_error(conn, env->id, TPU_CODE_INVALID_ARGUMENT, msg, NULL);
+    load_unload_error(conn, env, name, version, TPU_CODE_INVALID_ARGUMENT, msg);
     return;
   }
   if (version && *version && tpu_repo_parse_version(version, &v) != 0) {
     snprintf(msg, sizeof msg, "model '%s': version '%.40s' is not a positive integer", name,
              version);
-    reply_error(conn, env->id, TPU_CODE_INVALID_ARGUMENT, msg, NULL);
+    load_unload_error(conn, env, name, version, TPU_CODE_INVALID_ARGUMENT, msg);
     return;
   }
   tpu__call_t *call = calloc(1, sizeof *call);
@@ -359,7 +371,7 @@ static void do_model_load_unload(tpu__conn_t *conn, Tpud__RequestEnvelope *env,
   if (!call || !op) {
     free(call);
     free(op);
-    reply_error(conn, env->id, TPU_CODE_RESOURCE_EXHAUSTED, "out of memory", NULL);
+    load_unload_error(conn, env, name, version, TPU_CODE_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   op->load = load;
@@ -371,9 +383,10 @@ static void do_model_load_unload(tpu__conn_t *conn, Tpud__RequestEnvelope *env,
   call->io = conn->io;
   call->conn = conn;
   call->op = op;
+  snprintf(call->client, sizeof call->client, "%s", conn->peer);
   if (tpu__repo_submit(srv->repo, call) != 0) {
     tpu__call_free(call);
-    reply_error(conn, env->id, TPU_CODE_UNAVAILABLE, "server is shutting down", NULL);
+    load_unload_error(conn, env, name, version, TPU_CODE_UNAVAILABLE, "server is shutting down");
     return;
   }
   /* Tracking after submit is safe: completions are only processed by this very thread. */
@@ -423,11 +436,13 @@ static void do_matmul(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t re
     }
   }
   if (code != TPU_CODE_OK) {
+    tpu__audit_reject(srv, conn->peer, NULL, NULL, NULL, code, msg);
     reply_error(conn, env->id, code, msg, NULL);
     protobuf_c_message_free_unpacked(&q->base, NULL);
     return;
   }
   call->id = env->id;
+  snprintf(call->client, sizeof call->client, "%s", conn->peer);
   call->method = TPUD__METHOD__MATMUL;
   call->received_us = received_us;
   call->deadline_us = env->timeout_us ? received_us + env->timeout_us : 0;
@@ -440,6 +455,8 @@ static void do_matmul(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t re
   call->io = conn->io;
   if (tpu__mmpool_submit(srv->pool, call) != 0) {
     tpu__call_free(call);
+    tpu__audit_reject(srv, conn->peer, NULL, NULL, NULL, TPU_CODE_UNAVAILABLE,
+                      "server is shutting down");
     reply_error(conn, env->id, TPU_CODE_UNAVAILABLE, "server is shutting down", NULL);
     return;
   }
@@ -491,24 +508,36 @@ void tpu__handle_request(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t
   tpu_server_t *srv = conn->io->srv;
   uint64_t id = env->id;
   char msg[256];
+  /* Audited: the calls that compute or change the server (the rest only read its state). */
+  int audited = env->method == TPUD__METHOD__MODEL_INFER || env->method == TPUD__METHOD__MATMUL ||
+                env->method == TPUD__METHOD__MODEL_LOAD ||
+                env->method == TPUD__METHOD__MODEL_UNLOAD;
+  int code = TPU_CODE_OK;
   for (tpu__call_t *c = conn->calls; c; c = c->next) {
     if (c->id == id) {
       snprintf(msg, sizeof msg, "request id %llu is already in flight on this connection",
                (unsigned long long)id);
-      reply_error(conn, id, TPU_CODE_INVALID_ARGUMENT, msg, NULL);
-      goto out;
+      code = TPU_CODE_INVALID_ARGUMENT;
+      goto refuse;
     }
   }
   if (atomic_load(&srv->draining) && env->method != TPUD__METHOD__SERVER_LIVE &&
       env->method != TPUD__METHOD__SERVER_READY) {
-    reply_error(conn, id, TPU_CODE_UNAVAILABLE, "server is shutting down", NULL);
-    goto out;
+    snprintf(msg, sizeof msg, "server is shutting down");
+    code = TPU_CODE_UNAVAILABLE;
+    goto refuse;
+  }
+  if (audited && !tpu__audit_admit(srv)) {
+    snprintf(msg, sizeof msg, TPU__AUDIT_UNAVAILABLE);
+    code = TPU_CODE_UNAVAILABLE;
+    goto refuse;
   }
   ProtobufCMessage *payload = NULL;
   tpu_proto_error_t perr;
   if (tpu_envelope_unpack_request_payload(env, &payload, &perr) != TPU_PROTO_OK) {
-    reply_error(conn, id, tpu_proto_status_grpc_code(perr.status), perr.msg, NULL);
-    goto out;
+    snprintf(msg, sizeof msg, "%s", perr.msg);
+    code = tpu_proto_status_grpc_code(perr.status);
+    goto refuse;
   }
   switch (env->method) {
   case TPUD__METHOD__SERVER_LIVE:
@@ -555,6 +584,10 @@ void tpu__handle_request(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t
     break;
   }
   if (payload) protobuf_c_message_free_unpacked(payload, NULL);
+  goto out;
+refuse:
+  if (audited) tpu__audit_reject(srv, conn->peer, NULL, NULL, NULL, code, msg);
+  reply_error(conn, id, code, msg, NULL);
 out:
   tpu_envelope_request_free(env);
 }

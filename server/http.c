@@ -102,6 +102,7 @@ struct hconn {
   uint64_t linger_until; /* microseconds */
   hconn_t *prev, *next;  /* the thread's connections */
   hconn_t *dnext;        /* the flush list */
+  char peer[64];         /* "address:port" of the client */
 };
 
 /* Per I/O thread. */
@@ -705,6 +706,12 @@ static void send_infer_ok(hslot_t *req, tpu__call_t *call) {
 static void do_infer(tpu__io_t *io, hslot_t *req, const char *name, const char *version,
                      const char *body, size_t len, uint64_t t0) {
   tpu_server_t *srv = io->srv;
+  if (!tpu__audit_admit(srv)) { /* fail-closed: the audit log cannot be written */
+    tpu__audit_reject(srv, req->conn->peer, NULL, name, version, TPU_CODE_UNAVAILABLE,
+                      TPU__AUDIT_UNAVAILABLE);
+    send_infer_error(req, NULL, TPU_CODE_UNAVAILABLE, TPU__AUDIT_UNAVAILABLE, t0);
+    return;
+  }
   if (!len) body = "";
   char err[512];
   tpu_oip_json_limits_t lim = {.max_depth = TPU_OIP_JSON_DEFAULT_MAX_DEPTH,
@@ -715,6 +722,9 @@ static void do_infer(tpu__io_t *io, hslot_t *req, const char *name, const char *
   if (jst != TPU_OIP_JSON_OK) {
     char msg[640];
     snprintf(msg, sizeof msg, "%s: %s", tpu_oip_json_strerror(jst), err);
+    tpu__audit_reject(srv, req->conn->peer, NULL, name, version,
+                      jst == TPU_OIP_JSON_NOMEM ? TPU_CODE_RESOURCE_EXHAUSTED
+                                                : TPU_CODE_INVALID_ARGUMENT, msg);
     tpu__model_t *m = tpu__server_find_model(srv, name, version, err, sizeof err);
     tpu__count(m, jst == TPU_OIP_JSON_NOMEM ? TPU_CODE_RESOURCE_EXHAUSTED
                                             : TPU_CODE_INVALID_ARGUMENT);
@@ -730,7 +740,7 @@ static void do_infer(tpu__io_t *io, hslot_t *req, const char *name, const char *
   }
   tpu__call_t *call;
   tpu__model_t *m;
-  int code = tpu__infer_submit(io, q, t0, 0, &call, &m, err, sizeof err);
+  int code = tpu__infer_submit(io, req->conn->peer, q, t0, 0, &call, &m, err, sizeof err);
   if (code != TPU_CODE_OK) {
     send_infer_error(req, m, code, err, t0);
     tpu__model_release(m);
@@ -988,8 +998,12 @@ static void conn_process(hconn_t *c) {
         return;
       }
       s->close = 1;
-      s->minor = hr.minor;
-      send_error(s, hr.status, hr.error, t0);
+      char msg[160];
+      if (hr.status == 413)
+        snprintf(msg, sizeof msg, "request body of %llu bytes exceeds the limit of %llu bytes",
+                 (unsigned long long)hr.content_length,
+                 (unsigned long long)c->h->lim.max_body_bytes);
+      send_error(s, hr.status, hr.status == 413 ? msg : hr.error, t0);
       break;
     }
     uint64_t need = hr.head_len + hr.content_length;
@@ -1120,7 +1134,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
 
 static void on_write(evutil_socket_t fd, short what, void *arg) { conn_flush(arg); }
 
-static void conn_open(struct tpu__http_io *h, int fd) {
+static void conn_open(struct tpu__http_io *h, int fd, const struct sockaddr_storage *ss) {
   hconn_t *c = calloc(1, sizeof *c);
   if (!c) goto fail;
   c->h = h;
@@ -1132,6 +1146,18 @@ static void conn_open(struct tpu__http_io *h, int fd) {
       event_add(c->rev, NULL) != 0)
     goto fail;
   c->last_us = tpu_now_us();
+  char ip[INET6_ADDRSTRLEN] = "?";
+  unsigned port = 0;
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+    port = ntohs(a->sin_port);
+  } else if (ss->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
+    port = ntohs(a->sin6_port);
+  }
+  snprintf(c->peer, sizeof c->peer, "%s:%u", ip, port);
   c->next = h->conns;
   if (h->conns) h->conns->prev = c;
   h->conns = c;
@@ -1154,7 +1180,10 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg) {
   struct tpu__http_io *h = arg;
   tpu_server_t *srv = h->io->srv;
   for (int i = 0; i < 64; i++) {
-    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    struct sockaddr_storage ss;
+    socklen_t sslen = sizeof ss;
+    memset(&ss, 0, sizeof ss);
+    int fd = accept4(lfd, (struct sockaddr *)&ss, &sslen, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE)
         tpu_log_warn("http accept: %s", strerror(errno));
@@ -1181,7 +1210,7 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg) {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    conn_open(h, fd);
+    conn_open(h, fd, &ss);
   }
 }
 

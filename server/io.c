@@ -175,6 +175,7 @@ static void fatal_frame(tpu__conn_t *conn, int code, const char *msg) {
   tpu_stats_inc(&tpu_stats.requests[code], 1);
   tpu_log_warn("connection %llu from %s: %s; closing", (unsigned long long)conn->serial,
                conn->peer, msg);
+  tpu__audit_reject(conn->io->srv, conn->peer, NULL, NULL, NULL, code, msg);
   tpu__conn_send_error(conn, 0, code, msg);
   if (conn->closed) return;
   conn->close_after_write = 1;
@@ -212,6 +213,7 @@ static void conn_process(tpu__conn_t *conn) {
       if (perr.request_id != 0 && !tpu_proto_status_fatal(st)) {
         /* The id was readable (e.g. unknown method): answer that request, keep going. */
         tpu_stats_inc(&tpu_stats.requests[code], 1);
+        tpu__audit_reject(srv, conn->peer, NULL, NULL, NULL, code, perr.msg);
         tpu__conn_send_error(conn, perr.request_id, code, perr.msg);
       } else {
         fatal_frame(conn, code, perr.msg);

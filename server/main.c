@@ -36,9 +36,15 @@ int main(int argc, char **argv) {
   tpu_engine_t *engine = NULL;
   tpu_status_t st = tpu_engine_create(&ecfg, &engine);
   if (st != TPU_OK) {
-    tpu_log_error("cannot create the engine: %s", tpu_strerror(st));
+    tpu_log_error("cannot create the engine: %s%s", tpu_strerror(st),
+                  st == TPU_ENOTSUP ? " (TPUD_ISA names a kernel set this CPU cannot run)"
+                  : st == TPU_EINVAL ? " (TPUD_ISA must be ref, avx2, avx512 or amx)"
+                                     : "");
     return 1;
   }
+  char isa_line[512];
+  tpu_engine_describe(engine, isa_line, sizeof isa_line);
+  tpu_log_info("engine: %s", isa_line);
   tpu_server_t *srv = NULL;
   if (tpu_server_create(&cfg, engine, &srv, err, sizeof err) != 0) {
     tpu_log_error("cannot start: %s", err);

@@ -7,8 +7,7 @@
  * Families are written in a fixed order, each family's HELP/TYPE once followed by all its
  * samples (the exposition format requires a family's samples to be contiguous).
  *
- * Hook for the audit log (not wired yet): when audit.c serves requests, add
- * tpud_audit_records_total and tpud_audit_records_lost_total in render_audit() below.
+ * The audit log's counters (tpud_audit_*) come from render_audit(), only when --audit-log is set.
  */
 #include "metrics.h"
 
@@ -223,11 +222,30 @@ static void model_hist(tpu_mbuf_t *b, tpu__models_t *t, const char *name, const 
   }
 }
 
+/* The audit log's counters (audit_wire.c); none when --audit-log is not given. */
 static void render_audit(tpu_mbuf_t *b, tpu_server_t *srv) {
-  /* The audit log is not wired into the server yet (server/audit.c): its records written and
-   * lost counters belong here once it is. */
-  (void)b;
-  (void)srv;
+  tpu_audit_t *a = tpu__audit_enter(srv);
+  if (!a) return;
+  tpu_audit_stats_t st;
+  tpu_audit_stats(a, &st);
+  tpu__audit_leave(srv);
+  static const struct {
+    const char *name, *type, *help;
+  } fam[] = {
+      {"tpud_audit_records_written_total", "counter", "audit records written to the log"},
+      {"tpud_audit_records_lost_total", "counter",
+       "audit records refused or dropped because the log could not be written"},
+      {"tpud_audit_bytes_total", "counter", "bytes appended to the audit log, all files"},
+      {"tpud_audit_fsyncs_total", "counter", "fdatasync calls of the audit log that succeeded"},
+      {"tpud_audit_failed", "gauge",
+       "1 while the audit log cannot be written (fail-closed: requests get UNAVAILABLE)"},
+  };
+  uint64_t v[] = {st.records_written, st.records_lost, st.bytes_written, st.fsyncs,
+                  (uint64_t)st.failed};
+  for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+    tpu_metrics_family(b, fam[i].name, fam[i].type, fam[i].help);
+    tpu_metrics_u64(b, fam[i].name, NULL, 0, v[i]);
+  }
 }
 
 void tpu__metrics_render(tpu_server_t *srv, tpu_mbuf_t *b) {

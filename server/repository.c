@@ -700,11 +700,13 @@ static void load_version(tpu__repo_t *r, mstate_t *m, vstate_t *v) {
       tpu_log_error("model '%s' version %llu: reload failed: %s; the previous instance keeps "
                     "serving; will retry when files change",
                     m->name, (unsigned long long)v->version, err);
+      tpu__audit_event(r->srv, TPU_AUDIT_KIND_LOAD_FAILED, m->name, v->version, v->reason);
     } else {
       v->state = TPUD__MODEL_STATE__MODEL_STATE_FAILED;
       snprintf(v->reason, sizeof v->reason, "%s", err);
       tpu_log_error("model '%s' version %llu: load failed: %s; will retry when files change",
                     m->name, (unsigned long long)v->version, err);
+      tpu__audit_event(r->srv, TPU_AUDIT_KIND_LOAD_FAILED, m->name, v->version, err);
     }
     publish(r);
     return;
@@ -715,6 +717,8 @@ static void load_version(tpu__repo_t *r, mstate_t *m, vstate_t *v) {
   v->reason[0] = 0;
   if (old) v->ndraining++;
   publish(r); /* the new instance serves from here on */
+  tpu__audit_event(r->srv, old ? TPU_AUDIT_KIND_RELOAD : TPU_AUDIT_KIND_LOAD, m->name, v->version,
+                   old ? "files changed: a new instance serves" : vdir);
   if (old) {
     tpu_log_info("%s: swapped to the new instance; the old one finishes its in-flight requests",
                  old->label);
@@ -731,6 +735,7 @@ static void retire_version(tpu__repo_t *r, vstate_t *v, int unload, const char *
   v->state = TPUD__MODEL_STATE__MODEL_STATE_UNAVAILABLE;
   snprintf(v->reason, sizeof v->reason, "%s", why);
   publish(r);
+  tpu__audit_event(r->srv, TPU_AUDIT_KIND_UNLOAD, old->name, old->version, why);
   tpu_log_info("%s: unloading (%s)%s", old->label, why,
                unload ? "; queued requests fail with UNAVAILABLE"
                       : "; in-flight requests finish first");
@@ -1021,7 +1026,7 @@ static void do_op(tpu__repo_t *r, tpu__call_t *call) {
   reconcile(r, m); /* may bring an older version back under the policy */
   publish(r);
 done:
-  tpu__call_complete(call);
+  tpu__call_finish(call); /* records the request (audit), then completes it */
 }
 
 /* ---- the thread ---- */
@@ -1075,7 +1080,7 @@ static void *repo_main(void *arg) {
     tpu__call_t *call = tpu_container_of(ops, tpu__call_t, job_link);
     call->code = TPU_CODE_UNAVAILABLE;
     snprintf(call->msg_text, sizeof call->msg_text, "server is shutting down");
-    tpu__call_complete(call);
+    tpu__call_finish(call);
     ops = next;
   }
   return NULL;

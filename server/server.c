@@ -102,8 +102,9 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
     tpu_server_log_stats(srv);
     return;
   }
-  if (sig == SIGHUP) { /* rescan the model repository (returns at once) */
+  if (sig == SIGHUP) { /* rescan the model repository and rotate the audit log (at once) */
     tpu__repo_rescan(srv->repo);
+    tpu__audit_sighup(srv);
     return;
   }
   if (atomic_load(&srv->draining)) {
@@ -190,6 +191,8 @@ int tpu_server_create(const tpu_config_t *cfg, tpu_engine_t *engine, tpu_server_
     snprintf(err, errlen, "cannot create the main event loop");
     goto out;
   }
+  /* The audit log first (its writer inherits the signal mask), so model loads are recorded. */
+  if (tpu__audit_start(srv, err, errlen) != 0) goto out;
   if (tpu__repo_create(srv, &srv->repo, err, errlen) != 0) goto out; /* loads the models */
   if (tpu__mmpool_create(srv, cfg->threads, &srv->pool) != 0) {
     snprintf(err, errlen, "cannot start %u compute threads", cfg->threads);
@@ -247,9 +250,21 @@ int tpu_server_run(tpu_server_t *srv) {
   tpu_log_info("tpud listening on %s:%u (native)", srv->cfg.listen, srv->port);
   if (srv->http_fd >= 0)
     tpu_log_info("tpud listening on %s:%u (http)", srv->cfg.listen, srv->http_port);
+  char what[400];
+  snprintf(what, sizeof what, "serving on %s: native port %u, http port %u", srv->cfg.listen,
+           srv->port, srv->http_port);
+  tpu__audit_event(srv, TPU_AUDIT_KIND_START, NULL, 0, what);
   event_base_dispatch(srv->base);
   uint64_t left = atomic_load(&srv->inflight);
   stop_compute(srv, left > 0);
+  /* Every completion has been submitted to the audit log by now; their responses wait for
+   * their records. Flush within what is left of the drain time (at least 1 s), then close
+   * before the I/O threads stop: close may still complete calls to them. */
+  uint64_t now = tpu_now_us();
+  uint64_t flush_ms = srv->drain_deadline_us > now ? (srv->drain_deadline_us - now) / 1000 : 0;
+  snprintf(what, sizeof what, "stopping: %llu requests were in flight at the drain deadline",
+           (unsigned long long)left);
+  tpu__audit_stop(srv, what, flush_ms < 1000 ? 1000 : (unsigned)flush_ms);
   tpu__io_stop(srv);
   tpu_server_log_stats(srv);
   tpu_log_info("tpud stopped");
@@ -261,6 +276,7 @@ void tpu_server_free(tpu_server_t *srv) {
   if (srv->listener) evconnlistener_free(srv->listener);
   srv->listener = NULL;
   stop_compute(srv, 1);
+  tpu__audit_stop(srv, "stopping: start-up failed", 1000); /* no-op after tpu_server_run */
   tpu__io_free(srv);
   if (srv->http_fd >= 0) close(srv->http_fd); /* the I/O threads' evhttps closed their dups */
   tpu__repo_free(srv->repo); /* after the I/O threads: their calls released their models */

@@ -25,6 +25,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "audit.h"
 #include "batcher.h"
 #include "config.h"
 #include "model.h"
@@ -115,6 +116,7 @@ struct tpu__call {
   int dtype;
   void *c;
   uint64_t compute_us;
+  char client[64];              /* who asked (peer address), for the audit record */
 };
 
 /* A client connection, owned by one I/O thread. */
@@ -169,6 +171,12 @@ struct tpu_server {
   _Atomic uint64_t inflight; /* calls handed to compute and not yet completed */
   uint64_t drain_deadline_us;
   _Atomic uint64_t next_conn_serial;
+  /* Audit log (audit_wire.c); NULL = off. Set before any thread starts; freed after
+   * audit_closed is set and audit_users has drained to 0 (threads use it between
+   * tpu__audit_enter and tpu__audit_leave). */
+  tpu_audit_t *audit;
+  atomic_int audit_closed;
+  atomic_uint audit_users;
 };
 
 /* ---- io.c ---- */
@@ -212,9 +220,9 @@ void tpu__count(tpu__model_t *model, int code);
  * by tpu__call_free). The caller sets call->conn (and tracks it) or call->http after
  * the return: completions are processed only by this same thread, so none can be seen earlier.
  */
-int tpu__infer_submit(tpu__io_t *io, Inference__ModelInferRequest *q, uint64_t received_us,
-                      uint64_t timeout_us, tpu__call_t **out, tpu__model_t **model_out,
-                      char *msg, size_t msglen);
+int tpu__infer_submit(tpu__io_t *io, const char *client, Inference__ModelInferRequest *q,
+                      uint64_t received_us, uint64_t timeout_us, tpu__call_t **out,
+                      tpu__model_t **model_out, char *msg, size_t msglen);
 /* Counts a finished infer call's end-to-end latency (received → answered), microseconds. */
 void tpu__observe_request(tpu__call_t *call);
 /* The name tpud reports for itself, and its version. */
@@ -233,6 +241,36 @@ void tpu__http_io_stop(tpu__io_t *io);
 void tpu__http_io_free(tpu__io_t *io);
 /* Answers a completed HTTP infer call and frees it (I/O thread). */
 void tpu__http_done(tpu__io_t *io, tpu__call_t *call);
+
+/* ---- audit_wire.c: the audit log in the server (audit.h WIRING) ---- */
+/* Opens the log named by --audit-log (main thread, start-up); no-op when audit is off. */
+int tpu__audit_start(tpu_server_t *srv, char *err, size_t errlen);
+/* Writes a "stop" record (message why), flushes (up to timeout_ms) and closes, after waiting
+ * out threads still inside tpu__audit_enter. Main thread, after compute stopped and before the
+ * I/O threads stop (close may complete calls, which queues them to the I/O threads).
+ * Idempotent. */
+void tpu__audit_stop(tpu_server_t *srv, const char *why, unsigned timeout_ms);
+/* SIGHUP (main thread): rotate the log and record it. */
+void tpu__audit_sighup(tpu_server_t *srv);
+/* An admin or lifecycle record (kind TPU_AUDIT_KIND_*; version 0 = none); any thread; no-op
+ * when audit is off. */
+void tpu__audit_event(tpu_server_t *srv, const char *kind, const char *model, uint64_t version,
+                      const char *message);
+/* The log for the duration of one use, or NULL when audit is off or closed; pair with
+ * tpu__audit_leave when non-NULL. Any thread; two atomic operations. */
+tpu_audit_t *tpu__audit_enter(tpu_server_t *srv);
+void tpu__audit_leave(tpu_server_t *srv);
+/* Whether a new audited request may proceed (I/O thread): 0 = answer UNAVAILABLE with
+ * TPU__AUDIT_UNAVAILABLE (fail-closed and the log cannot be written). */
+int tpu__audit_admit(tpu_server_t *srv);
+#define TPU__AUDIT_UNAVAILABLE "audit log cannot be written"
+/* Record of a request answered without compute (I/O thread; no digests, no hashing). */
+void tpu__audit_reject(tpu_server_t *srv, const char *client, const char *request_id,
+                       const char *model, const char *version, int code, const char *msg);
+/* Compute side (batcher, MatMul pool, repository thread): finishes a call. With audit on it
+ * digests input and output here, submits the record and completes the call from the writer's
+ * callback (after fdatasync with --audit-fsync always); else tpu__call_complete at once. */
+void tpu__call_finish(tpu__call_t *call);
 
 /* ---- compute.c: the MatMul pool ---- */
 int tpu__mmpool_create(tpu_server_t *srv, unsigned threads, tpu__mmpool_t **out);

@@ -34,7 +34,9 @@ tpu_status_t tpu__engine_create_isa(const tpu_engine_config_t *cfg, const char *
 
   e = calloc(1, sizeof *e);
   if (!e) return TPU_ENOMEM;
-  st = tpu__kernels_select(isa ? isa : getenv("TPUD_ISA"), &e->ks);
+  if (!isa) isa = getenv("TPUD_ISA");
+  e->isa_forced = isa && *isa;
+  st = tpu__kernels_select(isa, &e->ks);
   if (st != TPU_OK) goto fail;
   e->threads = c.threads;
   e->rows = c.systolic_rows;
@@ -119,4 +121,9 @@ tpu_status_t tpu_engine_stats(const tpu_engine_t *engine, tpu_engine_stats_t *ou
 double tpu_engine_stats_utilization(const tpu_engine_stats_t *stats) {
   if (!stats || stats->sim_macs_slots == 0) return 0.0;
   return (double)stats->macs / (double)stats->sim_macs_slots;
+}
+
+size_t tpu_engine_describe(const tpu_engine_t *engine, char *buf, size_t len) {
+  if (!engine || !buf || len == 0) return 0;
+  return tpu__kernels_describe(engine->ks, engine->isa_forced, buf, len);
 }

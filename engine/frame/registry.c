@@ -11,6 +11,7 @@
  * chosen set's name is in tpu_engine_stats, for the caller to log.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -157,4 +158,49 @@ tpu_status_t tpu__kernels_select(const char *forced, const tpu__kernel_set_t **o
       return TPU_OK;
     }
   return TPU_ENOTSUP; /* a known set this build did not compile */
+}
+
+/* Names of the features a set needs that this CPU (or OS) does not give, e.g. "avx512bf16 amx". */
+static void missing_features(uint32_t need, char *buf, size_t len) {
+  static const struct {
+    uint32_t bit;
+    const char *name;
+  } names[] = {{TPU__CPU_AVX2, "avx2"},           {TPU__CPU_FMA, "fma"},
+               {TPU__CPU_F16C, "f16c"},           {TPU__CPU_AVX512F, "avx512f"},
+               {TPU__CPU_AVX512BW, "avx512bw"},   {TPU__CPU_AVX512DQ, "avx512dq"},
+               {TPU__CPU_AVX512VL, "avx512vl"},   {TPU__CPU_AVX512VNNI, "avx512vnni"},
+               {TPU__CPU_AVX512BF16, "avx512bf16"}, {TPU__CPU_AMX_TILE, "amx-tile"},
+               {TPU__CPU_AMX_INT8, "amx-int8"},   {TPU__CPU_AMX_BF16, "amx-bf16"}};
+  size_t used = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < sizeof names / sizeof names[0] && used < len; i++)
+    if (need & ~features & names[i].bit) {
+      int n = snprintf(buf + used, len - used, "%s%s", used ? " " : "", names[i].name);
+      if (n < 0) break;
+      used += (size_t)n;
+    }
+}
+
+size_t tpu__kernels_describe(const tpu__kernel_set_t *chosen, int forced, char *buf, size_t len) {
+  size_t used = 0;
+  int n;
+  if (!buf || len == 0) return 0;
+  pthread_once(&once, build);
+  n = snprintf(buf, len, "kernels '%s' (%s)", chosen ? chosen->name : "?",
+               forced ? "forced by TPUD_ISA" : "best this CPU runs");
+  if (n < 0) return 0;
+  used = (size_t)n < len ? (size_t)n : len - 1;
+  for (size_t i = 0; i < NCANDIDATES && used + 1 < len; i++) {
+    char miss[160];
+    if (runnable[i]) {
+      n = snprintf(buf + used, len - used, "; %s: available", candidates[i]->name);
+    } else {
+      missing_features(candidates[i]->cpu, miss, sizeof miss);
+      n = snprintf(buf + used, len - used, "; %s: compiled, CPU lacks %s", candidates[i]->name,
+                   miss);
+    }
+    if (n < 0) break;
+    used += (size_t)n < len - used ? (size_t)n : len - used - 1;
+  }
+  return used;
 }

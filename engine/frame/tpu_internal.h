@@ -60,6 +60,7 @@ typedef struct tpu__plan_stats {
 
 struct tpu_engine {
   const tpu__kernel_set_t *ks; /* resolved kernel set, chosen once */
+  int isa_forced;              /* ks was named by TPUD_ISA (or the caller), not picked */
   unsigned threads, rows, cols;
   tpu__pool_t *pool; /* NULL when threads == 1 */
   pthread_mutex_t stats_lock; /* guards `plans` and the retired totals (see engine.c) */

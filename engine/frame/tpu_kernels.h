@@ -168,6 +168,9 @@ extern const tpu__kernel_set_t tpu__kernels_amx;
  * life of the process. TPU_EINVAL for an unknown name, TPU_ENOTSUP for a set that is not
  * compiled in or that this CPU or OS cannot run. */
 tpu_status_t tpu__kernels_select(const char *forced, const tpu__kernel_set_t **out);
+/* One line for the log: the chosen set, why (forced or best available), and for every compiled
+ * set whether this CPU runs it or which features it lacks. Returns the length written. */
+size_t tpu__kernels_describe(const tpu__kernel_set_t *chosen, int forced, char *buf, size_t len);
 /* The resolved sets this build has and this CPU supports, newest first; returns how many there
  * are (at least 1: ref) and stores up to `max` of them. */
 size_t tpu__kernels_available(const tpu__kernel_set_t **out, size_t max);

@@ -126,6 +126,11 @@ typedef struct {
 } tpu_engine_stats_t;
 
 tpu_status_t tpu_engine_stats(const tpu_engine_t *engine, tpu_engine_stats_t *out);
+/* Writes one line for a log saying which kernel set the engine uses and why: forced by TPUD_ISA
+ * or the best this CPU runs, and for each compiled set whether the CPU runs it or which features
+ * it lacks. Returns the length written (0 for bad arguments). The engine itself never logs. */
+size_t tpu_engine_describe(const tpu_engine_t *engine, char *buf, size_t len);
+
 /* Utilization of the modelled array: macs / sim_macs_slots (0 when nothing ran). */
 double tpu_engine_stats_utilization(const tpu_engine_stats_t *stats);
 

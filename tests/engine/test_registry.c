@@ -2,6 +2,7 @@
  * test_registry.c - kernel-set registry (engine/frame/registry.c): what is available, what an
  * engine gets by default and by name, and that every resolved set is complete.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "tpu_internal.h"
@@ -89,8 +90,38 @@ static void test_resolve(void) {
   CU_ASSERT(!usable[0] && !usable[1] && usable[2]);
 }
 
+/* The log line names the chosen set, says why, and accounts for every compiled set. */
+static void test_describe(void) {
+  char line[512];
+  tpu_engine_t *e = NULL;
+  const tpu__kernel_set_t *sets[8];
+  size_t n = tpu__kernels_available(sets, 8);
+  CU_ASSERT_FATAL(tpu__engine_create_isa(NULL, "ref", &e) == TPU_OK);
+  CU_ASSERT(tpu_engine_describe(e, line, sizeof line) > 0);
+  CU_ASSERT(strstr(line, "kernels 'ref' (forced by TPUD_ISA)") == line);
+  CU_ASSERT(strstr(line, "; ref: available") != NULL);
+  for (size_t i = 0; i < n; i++) {
+    char want[64];
+    snprintf(want, sizeof want, "; %s: available", sets[i]->name);
+    CU_ASSERT(strstr(line, want) != NULL);
+  }
+  tpu_engine_free(e);
+  CU_ASSERT_FATAL(tpu__engine_create_isa(NULL, "", &e) == TPU_OK);
+  tpu_engine_describe(e, line, sizeof line);
+  char want[64];
+  snprintf(want, sizeof want, "kernels '%s' (best this CPU runs)", sets[0]->name);
+  CU_ASSERT(strstr(line, want) == line);
+  /* Truncation is safe and still NUL-terminated. */
+  char tiny[8];
+  CU_ASSERT(tpu_engine_describe(e, tiny, sizeof tiny) == 7 && tiny[7] == '\0');
+  CU_ASSERT(tpu_engine_describe(NULL, line, sizeof line) == 0);
+  CU_ASSERT(tpu_engine_describe(e, NULL, 10) == 0);
+  tpu_engine_free(e);
+}
+
 TPU_TEST_SUITE(engine_registry,
                {"resolve", test_resolve},
+               {"describe", test_describe},
                {"available", test_available},
                {"forced", test_forced},
                {"cpu_features", test_cpu_features})

@@ -163,6 +163,32 @@ static void test_lone_request_padded(void) {
   destroy(b, &f);
 }
 
+static void test_lone_requests_stop_waiting(void) {
+  /* One closed-loop client: a fresh batcher waits for company (max_queue_delay_us), but after a
+   * few batches of one row the adaptive target drops to 1 and a lone request runs at once. */
+  fake_t f;
+  tpu_model_stats_t st;
+  memset(&st, 0, sizeof st);
+  tpu_batcher_t *b = make(&f, &st, 30000, 100);
+  char msg[256];
+  uint64_t first = 0, last = 0;
+  for (int i = 0; i < 25; i++) {
+    treq_t t;
+    treq_init(&t, 1, (float)i);
+    uint64_t t0 = tpu_now_us();
+    CU_ASSERT_EQUAL_FATAL(tpu_batcher_submit(b, &t.req, msg, sizeof msg), TPU_CODE_OK);
+    wait_done(&f, i + 1);
+    uint64_t dt = tpu_now_us() - t0;
+    if (i == 0) first = dt;
+    last = dt;
+    CU_ASSERT(treq_ok(&t));
+    treq_free(&t);
+  }
+  CU_ASSERT(first >= 29000); /* the first one waited for company ... */
+  CU_ASSERT(last < 15000);   /* ... the last ones did not (30 ms delay; generous for CI) */
+  destroy(b, &f);
+}
+
 static void test_batch_forms(void) {
   /* Eight 1-row requests submitted together fill one batch of 8 at once. */
   fake_t f;
@@ -349,7 +375,8 @@ static void test_create_errors(void) {
 
 TPU_TEST_SUITE(server_batcher, {"bucket_for", test_bucket_for},
                {"lone_request_padded", test_lone_request_padded},
-               {"batch_forms", test_batch_forms}, {"split_large", test_split_large},
+               {"batch_forms", test_batch_forms},
+               {"lone_requests_stop_waiting", test_lone_requests_stop_waiting}, {"split_large", test_split_large},
                {"random_mix", test_random_mix}, {"queue_full", test_queue_full},
                {"deadline_and_cancel", test_deadline_and_cancel}, {"stop", test_stop},
                {"create_errors", test_create_errors})

@@ -1,0 +1,224 @@
+/*
+ * audit_wire.c - the audit log (audit.h) inside the server: opening it from the options, the
+ * records of requests, admin actions and lifecycle events, fail-closed admission, and the
+ * completion of calls once their record is written.
+ *
+ * DESIGN
+ * Who computes what (audit.h WIRING):
+ *   - compute side (batcher threads, MatMul pool threads, the repository thread) finishes a call
+ *     with tpu__call_finish: it hashes the call's input and output tensors here (SHA-256 of the
+ *     bytes the engine read and wrote: FP32 rows for ModelInfer, A then B and C for MatMul) and
+ *     submits the record with the call as the callback argument. The writer thread runs
+ *     on_written once the record is written (after fdatasync with --audit-fsync always), and
+ *     that hands the call to its I/O thread exactly as tpu__call_complete always did. So a
+ *     response never leaves before its record is written.
+ *   - I/O threads only check admission (an atomic load) and submit records of requests they
+ *     answer themselves (bad frames, validation errors, refusals): no digests, no hashing.
+ *   - the main thread and the repository thread submit lifecycle and admin events.
+ * Fail-closed (default): when the log cannot be written, admission fails and new requests get
+ * UNAVAILABLE "audit log cannot be written"; calls whose record was refused (queue full) or
+ * dropped at close are answered the same way. Fail-open: they are answered as computed and
+ * the module counts the lost records.
+ *
+ * Lifetime: srv->audit is set at start-up before any other thread exists and never changes. At
+ * stop the main thread sets audit_closed, waits until no thread is between tpu__audit_enter
+ * and tpu__audit_leave (audit_users == 0), then frees the log; later enters return NULL. The
+ * I/O threads are still running then (close may complete calls to them), hence the counter.
+ */
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "server_int.h"
+
+tpu_audit_t *tpu__audit_enter(tpu_server_t *srv) {
+  if (!srv->audit) return NULL; /* off: never changes after start-up */
+  atomic_fetch_add(&srv->audit_users, 1);
+  if (atomic_load(&srv->audit_closed)) {
+    atomic_fetch_sub(&srv->audit_users, 1);
+    return NULL;
+  }
+  return srv->audit;
+}
+
+void tpu__audit_leave(tpu_server_t *srv) { atomic_fetch_sub(&srv->audit_users, 1); }
+
+static const char *fsync_name(int f) {
+  return f == TPU_AUDIT_FSYNC_ALWAYS ? "always" : f == TPU_AUDIT_FSYNC_NEVER ? "never" : "interval";
+}
+
+int tpu__audit_start(tpu_server_t *srv, char *err, size_t errlen) {
+  const tpu_config_t *c = &srv->cfg;
+  if (!c->audit_log[0]) {
+    tpu_log_info("audit log: off (no --audit-log)");
+    return 0;
+  }
+  tpu_audit_config_t ac;
+  tpu_audit_config_init(&ac);
+  ac.path = c->audit_log;
+  ac.key_path = c->audit_key[0] ? c->audit_key : NULL;
+  ac.head_path = !c->audit_head[0] ? NULL : strcmp(c->audit_head, "none") == 0 ? "" : c->audit_head;
+  ac.fsync = (tpu_audit_fsync_t)c->audit_fsync;
+  ac.fsync_interval_ms = c->audit_fsync_interval_ms;
+  ac.max_bytes = c->audit_max_bytes;
+  ac.fail_open = c->audit_fail_open;
+  /* A file-size limit (ulimit -f) must fail a write with EFBIG, which the log survives and
+   * reports, not kill the daemon. */
+  signal(SIGXFSZ, SIG_IGN);
+  char aerr[768];
+  if (tpu_audit_open(&ac, &srv->audit, aerr, sizeof aerr) != 0) {
+    snprintf(err, errlen, "--audit-log %s: %s", c->audit_log, aerr);
+    srv->audit = NULL;
+    return -1;
+  }
+  tpu_log_info("audit log %s: fsync %s%s, %s, head %s, rotate at %llu bytes%s, fail-%s",
+               c->audit_log, fsync_name(c->audit_fsync),
+               c->audit_fsync == TPU_AUDIT_FSYNC_INTERVAL ? " (every interval)" : "",
+               ac.key_path ? "HMAC-SHA256" : "SHA-256",
+               !ac.head_path ? "<log>.head" : *ac.head_path ? ac.head_path : "none",
+               (unsigned long long)c->audit_max_bytes, c->audit_max_bytes ? "" : " (never)",
+               c->audit_fail_open ? "open" : "closed");
+  /* The effective options, as GET /v2/debug/config shows them. */
+  json_t *cfg = tpu_config_to_json(c);
+  char *text = cfg ? json_dumps(cfg, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  json_decref(cfg);
+  tpu__audit_event(srv, TPU_AUDIT_KIND_CONFIG, NULL, 0, text ? text : "(out of memory)");
+  free(text);
+  return 0;
+}
+
+void tpu__audit_event(tpu_server_t *srv, const char *kind, const char *model, uint64_t version,
+                      const char *message) {
+  tpu_audit_t *a = tpu__audit_enter(srv);
+  if (!a) return;
+  char v[24] = "";
+  if (version) snprintf(v, sizeof v, "%llu", (unsigned long long)version);
+  tpu_audit_record_t rec = {.kind = kind, .model = model, .version = v, .status = "OK",
+                            .message = message};
+  tpu_audit_submit(a, &rec, NULL, NULL); /* refused: counted lost by the module */
+  tpu__audit_leave(srv);
+}
+
+void tpu__audit_sighup(tpu_server_t *srv) {
+  tpu_audit_t *a = tpu__audit_enter(srv);
+  if (!a) return;
+  tpu_audit_reopen(a);
+  tpu__audit_leave(srv);
+  tpu__audit_event(srv, TPU_AUDIT_KIND_RELOAD, NULL, 0,
+                   "SIGHUP: model repository rescan and audit log rotation");
+}
+
+void tpu__audit_stop(tpu_server_t *srv, const char *why, unsigned timeout_ms) {
+  if (!srv->audit || atomic_load(&srv->audit_closed)) return;
+  tpu__audit_event(srv, TPU_AUDIT_KIND_STOP, NULL, 0, why);
+  if (tpu_audit_flush(srv->audit, timeout_ms) != 0)
+    tpu_log_error("audit log: records still unwritten after %u ms; closing anyway", timeout_ms);
+  atomic_store(&srv->audit_closed, 1);
+  while (atomic_load(&srv->audit_users)) sched_yield(); /* a submit or two: microseconds */
+  tpu_audit_stats_t st;
+  tpu_audit_stats(srv->audit, &st);
+  tpu_audit_close(srv->audit); /* may complete calls (TPU_AUDIT_LOST): they queue to I/O */
+  tpu_log_info("audit log closed: %llu records written (last seq %llu), %llu lost, %llu bytes",
+               (unsigned long long)st.records_written, (unsigned long long)st.seq,
+               (unsigned long long)st.records_lost, (unsigned long long)st.bytes_written);
+}
+
+int tpu__audit_admit(tpu_server_t *srv) {
+  tpu_audit_t *a = tpu__audit_enter(srv);
+  if (!a) return 1;
+  int ok = tpu_audit_admit(a);
+  tpu__audit_leave(srv);
+  return ok;
+}
+
+void tpu__audit_reject(tpu_server_t *srv, const char *client, const char *request_id,
+                       const char *model, const char *version, int code, const char *msg) {
+  tpu_audit_t *a = tpu__audit_enter(srv);
+  if (!a) return;
+  tpu_audit_record_t rec = {.request_id = request_id, .client = client, .model = model,
+                            .version = version, .status = tpu_audit_grpc_name(code),
+                            .message = msg};
+  tpu_audit_submit(a, &rec, NULL, NULL);
+  tpu__audit_leave(srv);
+}
+
+/* ---- completions (writer thread) ---- */
+
+static void fail_unwritten(tpu__call_t *call) {
+  call->code = TPU_CODE_UNAVAILABLE;
+  snprintf(call->msg_text, sizeof call->msg_text, "%s; the result is withheld",
+           TPU__AUDIT_UNAVAILABLE);
+}
+
+/* Runs on the writer thread: quick, no audit calls; hands the call to its I/O thread. */
+static void on_written(void *arg, uint64_t seq, int status) {
+  tpu__call_t *call = arg;
+  if (status == TPU_AUDIT_LOST && !call->io->srv->cfg.audit_fail_open) fail_unwritten(call);
+  tpu__call_complete(call);
+}
+
+void tpu__call_finish(tpu__call_t *call) {
+  tpu_server_t *srv = call->io->srv;
+  tpu_audit_t *a = tpu__audit_enter(srv);
+  if (!a) {
+    tpu__call_complete(call);
+    return;
+  }
+  char in_hex[65] = "", out_hex[65] = "", version[24] = "", what[160] = "";
+  tpu_audit_record_t rec = {.client = call->client, .status = tpu_audit_grpc_name(call->code),
+                            .message = call->code != TPU_CODE_OK ? call->msg_text : NULL,
+                            .input_sha256 = in_hex, .output_sha256 = out_hex};
+  if (call->op) { /* ModelLoad / ModelUnload (repository thread) */
+    tpu__repo_op_t *op = call->op;
+    rec.model = op->name;
+    if (op->version) snprintf(version, sizeof version, "%llu", (unsigned long long)op->version);
+    if (call->code == TPU_CODE_OK) {
+      int n = snprintf(what, sizeof what, "%s:", op->load ? "load" : "unload");
+      for (size_t i = 0; i < op->nversions && n > 0 && (size_t)n < sizeof what; i++)
+        n += snprintf(what + n, sizeof what - (size_t)n, " %s", op->versions[i]);
+      if (op->nversions == 0) snprintf(what, sizeof what, "%s: no versions", op->load ? "load" : "unload");
+      rec.message = what;
+    }
+  } else if (call->infer && call->model) { /* ModelInfer (batcher thread) */
+    tpu__model_t *m = call->model;
+    rec.request_id = call->infer->id;
+    rec.model = m->name;
+    rec.version = m->version_str;
+    if (call->rows) {
+      tpu_audit_sha256_hex(call->breq.in, call->rows * (size_t)m->in_shape[1] * sizeof(float),
+                           in_hex);
+      if (call->code == TPU_CODE_OK)
+        tpu_audit_sha256_hex(call->out, call->rows * (size_t)m->out_shape[1] * sizeof(float),
+                             out_hex);
+    }
+    rec.queue_us = call->breq.queue_us;
+    rec.compute_us = call->breq.compute_us;
+    rec.batch_id = call->breq.batch_id;
+    rec.bucket = call->breq.bucket;
+  } else if (call->mm) { /* MatMul (pool thread) */
+    tpu_audit_sha256_t d;
+    if (call->mm->a && call->mm->b && tpu_audit_sha256_init(&d) == 0) {
+      tpu_audit_sha256_update(&d, call->mm->a->data.data, call->mm->a->data.len);
+      tpu_audit_sha256_update(&d, call->mm->b->data.data, call->mm->b->data.len);
+      tpu_audit_sha256_final(&d, in_hex);
+    }
+    if (call->code == TPU_CODE_OK && call->c) tpu_audit_sha256_hex(call->c, call->m * call->n * 4, out_hex);
+    rec.compute_us = call->compute_us;
+    if (call->code == TPU_CODE_OK) {
+      snprintf(what, sizeof what, "matmul %zux%zux%zu", call->m, call->k, call->n);
+      rec.message = what;
+    }
+  }
+  if (!rec.version) rec.version = version;
+  int rc = tpu_audit_submit(a, &rec, on_written, call);
+  tpu__audit_leave(srv);
+  if (rc != 0) { /* refused (queue full or closing): done will not run */
+    if (!srv->cfg.audit_fail_open) fail_unwritten(call);
+    tpu__call_complete(call);
+  }
+}
