@@ -7,7 +7,12 @@
 # usage: bench/server_bench.sh [BUILD_DIR] [SRC_DIR]
 # env:   DUR (s, default 5), REPS (default 3), CONNS ("1 8 64"), PROTOS ("http native"),
 #        MODES ("on off"), IO_THREADS (default 1), THREADS (default 1),
-#        SERVER_CPUS / CLIENT_CPUS (taskset lists; default: no pinning), MODEL (default digits)
+#        SERVER_CPUS / CLIENT_CPUS (taskset lists; default: no pinning), MODEL (default digits),
+#        BUILDS (several build dirs: A/B comparison, their runs interleaved one by one so a
+#        shared machine's load hits them alike; tpubench is the first one's)
+# Columns: median req/s, p50, p99 and "cpu us" = tpud's CPU time (user + system, from
+# /proc/PID/stat, warm-up included) per request: on a machine shared with other work this is
+# the steadier measure of the server's cost; req/s moves with whatever else runs.
 # Client and server share the machine: on a 2-core box the numbers include the client's cost.
 # Measured 2026-11-29 (2 vCPUs shared with other builds, load average ~7: noisy; --threads 1
 # --io-threads 1, no pinning; interleaved A/B, 3 s runs, digits, batching on):
@@ -19,8 +24,9 @@
 set -u
 BUILD=${1:-build-fast}
 SRC=${2:-.}
-TPUD=$BUILD/server/tpud
-BENCH=$BUILD/client/tpubench
+BUILDS=${BUILDS:-$BUILD}
+set -- $BUILDS
+BENCH=$1/client/tpubench
 DUR=${DUR:-5}
 REPS=${REPS:-3}
 CONNS=${CONNS:-"1 8 64"}
@@ -28,31 +34,33 @@ PROTOS=${PROTOS:-"http native"}
 MODES=${MODES:-"on off"}
 MODEL=${MODEL:-digits}
 PY=/usr/bin/python3; [ -x $PY ] || PY=python3
-for b in "$TPUD" "$BENCH"; do [ -x "$b" ] || { echo "$b not built" >&2; exit 1; }; done
+for b in $BUILDS; do [ -x "$b/server/tpud" ] || { echo "$b/server/tpud not built" >&2; exit 1; }; done
+[ -x "$BENCH" ] || { echo "$BENCH not built" >&2; exit 1; }
 SPIN=; CPIN=
 [ -n "${SERVER_CPUS:-}" ] && SPIN="taskset -c $SERVER_CPUS"
 [ -n "${CLIENT_CPUS:-}" ] && CPIN="taskset -c $CLIENT_CPUS"
 
 WORK=$(mktemp -d)
-PID=
-trap '[ -n "$PID" ] && kill $PID 2>/dev/null; rm -rf "$WORK"' EXIT
+PIDS=
+trap 'for p in $PIDS; do kill $p 2>/dev/null; done; rm -rf "$WORK"' EXIT
 
-start() { # start REPO: starts tpud on free ports; sets PID, HPORT, NPORT
-  LOG=$WORK/tpud.log
-  $SPIN "$TPUD" --models "$1" --port 0 --http-port 0 --io-threads "${IO_THREADS:-1}" \
-    --threads "${THREADS:-1}" --poll-seconds 0 --log-level info 2>"$LOG" &
-  PID=$!
-  HPORT=; NPORT=
+start() { # start REPO TPUD TAG: starts tpud on free ports; sets PID_TAG, HPORT_TAG, NPORT_TAG
+  local log=$WORK/tpud.$3.log pid h= n=
+  $SPIN "$2" --models "$1" --port 0 --http-port 0 --io-threads "${IO_THREADS:-1}" \
+    --threads "${THREADS:-1}" --poll-seconds 0 --log-level info 2>"$log" &
+  pid=$!
   for _ in $(seq 1 200); do
-    HPORT=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\) (http).*/\1/p' "$LOG")
-    NPORT=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\) (native).*/\1/p' "$LOG")
-    [ -n "$HPORT" ] && [ -n "$NPORT" ] && break
+    h=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\) (http).*/\1/p' "$log")
+    n=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\) (native).*/\1/p' "$log")
+    [ -n "$h" ] && [ -n "$n" ] && break
     sleep 0.1
   done
-  [ -n "$HPORT" ] || { echo "tpud did not start:" >&2; cat "$LOG" >&2; exit 1; }
+  [ -n "$h" ] || { echo "tpud did not start:" >&2; cat "$log" >&2; exit 1; }
+  PIDS="$PIDS $pid"
+  eval "PID_$3=$pid HPORT_$3=$h NPORT_$3=$n"
 }
-stop() { kill -TERM $PID; wait $PID; PID=; }
-
+stop_all() { for p in $PIDS; do kill -TERM $p; wait $p; done; PIDS=; }
+cpu_ticks() { awk '{print $14 + $15}' /proc/$1/stat; } # utime + stime, clock ticks
 
 mkdir -p "$WORK/on" "$WORK/off/$MODEL"
 cp -r "$SRC/models/$MODEL" "$WORK/on/$MODEL"
@@ -64,37 +72,54 @@ j.setdefault("batching", {}).update({"max_batch_size": 1, "buckets": [1]})
 json.dump(j, open(p, "w"), indent=1)
 PYEOF
 
-printf "%-8s %-8s %5s %12s %9s %9s\n" protocol batching conns "req/s" "p50 ms" "p99 ms"
+echo "# $(date -u +%F) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs," \
+  "load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
+NB=$(echo $BUILDS | wc -w)
+[ "$NB" -gt 1 ] && echo "# builds (interleaved run by run, one column group each): $BUILDS"
+printf "%-8s %-8s %5s" protocol batching conns
+for b in $BUILDS; do printf " | %8s %7s %7s %6s" "req/s" "p50 ms" "p99 ms" "cpu us"; done
+echo
 for mode in $MODES; do
-  start "$WORK/$mode"
+  i=0
+  for b in $BUILDS; do start "$WORK/$mode" "$b/server/tpud" $i; i=$((i + 1)); done
   for proto in $PROTOS; do
-    port=$HPORT; [ "$proto" = native ] && port=$NPORT
     for c in $CONNS; do
-      : > "$WORK/runs"
+      for i in $(seq 0 $((NB - 1))); do : > "$WORK/runs.$i"; done
       for _ in $(seq 1 "$REPS"); do
-        $CPIN "$BENCH" --protocol "$proto" --addr 127.0.0.1:$port --model "$MODEL" --random-input \
-          -c "$c" -d "$DUR" --warmup 1 --json >> "$WORK/runs" 2>/dev/null || echo '{"error":1}' >> "$WORK/runs"
-        echo >> "$WORK/runs"
+        for i in $(seq 0 $((NB - 1))); do
+          eval "pid=\$PID_$i port=\$HPORT_$i"
+          [ "$proto" = native ] && eval "port=\$NPORT_$i"
+          t0=$(cpu_ticks $pid)
+          out=$($CPIN "$BENCH" --protocol "$proto" --addr 127.0.0.1:$port --model "$MODEL" \
+            --random-input -c "$c" -d "$DUR" --warmup 1 --json 2>/dev/null) || out='{"error":1}'
+          t1=$(cpu_ticks $pid)
+          echo "$out" | $PY -c 'import json,sys
+try: j = json.load(sys.stdin)
+except ValueError: j = {"error": 1}
+j["cpu_ticks"] = int(sys.argv[1]); print(json.dumps(j))' $((t1 - t0)) >> "$WORK/runs.$i"
+        done
       done
-      $PY - "$WORK/runs" "$proto" "$mode" "$c" <<'PYEOF'
+      $PY - "$WORK" "$NB" "$proto" "$mode" "$c" "$DUR" "$(getconf CLK_TCK)" <<'PYEOF'
 import json, statistics, sys
-runs = []
-for line in open(sys.argv[1]):
-    line = line.strip()
-    if not line: continue
-    try: j = json.loads(line)
-    except ValueError: continue
-    if "throughput_rps" in j or "requests" in j: runs.append(j)
-def med(f):
-    v = [f(j) for j in runs]
-    return statistics.median(v) if v else float("nan")
-rps = med(lambda j: j.get("throughput_rps", j.get("rps", 0)))
-p50 = med(lambda j: j["latency_ms"]["p50"]); p99 = med(lambda j: j["latency_ms"]["p99"])
-err = sum(j.get("errors", 0) for j in runs)
-print("%-8s %-8s %5s %12.0f %9.3f %9.3f%s" % (sys.argv[2], sys.argv[3], sys.argv[4], rps, p50, p99,
-      "  (errors %d)" % err if err else ""))
+work, nb, proto, mode, c, dur, hz = sys.argv[1:8]
+line = "%-8s %-8s %5s" % (proto, mode, c)
+for i in range(int(nb)):
+    runs = [json.loads(l) for l in open("%s/runs.%d" % (work, i)) if l.strip()]
+    runs = [j for j in runs if "throughput_rps" in j]
+    def med(f):
+        v = [f(j) for j in runs]
+        return statistics.median(v) if v else float("nan")
+    rps = med(lambda j: j["throughput_rps"])
+    p50 = med(lambda j: j["latency_ms"]["p50"]); p99 = med(lambda j: j["latency_ms"]["p99"])
+    # tpud CPU time over the run (warm-up included) per request served in it, microseconds
+    cpu = med(lambda j: j["cpu_ticks"] / float(hz) * 1e6 /
+              max(1.0, j["throughput_rps"] * (float(dur) + 1)))
+    err = sum(j.get("errors", 0) for j in runs)
+    line += " | %8.0f %7.3f %7.3f %6.1f%s" % (rps, p50, p99, cpu, " (errors %d)" % err if err else "")
+print(line)
 PYEOF
     done
   done
-  stop
+  stop_all
 done
+echo "# load average at end $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -19,6 +19,10 @@
  * it is due, whatever is in flight; its latency is measured from the time it was due, so a
  * stalled server is charged for every request it delayed (no coordinated omission).
  * Latencies go into a log-linear histogram (1/64 relative precision) in nanoseconds.
+ * TLS (--tls-ca / --tls): each connection handshakes (blocking, at connect, before it counts)
+ * and then moves its bytes through SSL_read/SSL_write on the same non-blocking socket; reading
+ * loops until OpenSSL wants more bytes, so nothing decrypted waits unseen. A --token goes into
+ * each request: envelope metadata "authorization" (native) or an Authorization header (http).
  */
 #define _GNU_SOURCE /* memmem */
 #include <arpa/inet.h>
@@ -41,6 +45,8 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "tpu_envelope.h"
 #include "tpu_frame.h"
@@ -61,6 +67,8 @@ typedef struct {
   uint64_t nreq;
   bool json;
   int timeout_ms;
+  bool tls;
+  const char *tls_ca, *tls_cert, *tls_key, *token;
 } opts_t;
 
 static void usage(FILE *f) {
@@ -85,6 +93,10 @@ static void usage(FILE *f) {
           "  --warmup S            seconds of load before measuring (default 1)\n"
           "  --timeout-ms MS       connect and setup timeout (default 5000)\n"
           "  --json                print the result as one JSON object\n"
+          "  --tls                 TLS, verifying the server with the system's CAs\n"
+          "  --tls-ca FILE         TLS, verifying the server with the CAs in FILE\n"
+          "  --tls-cert FILE       client certificate (mutual TLS); --tls-key FILE its key\n"
+          "  --token TOKEN         bearer token (default $TPUCTL_TOKEN)\n"
           "  -h, --help            this text\n"
           "Exit: 0 when every measured request succeeded, 1 when some failed, 2 on bad usage.\n");
 }
@@ -182,6 +194,22 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       o->timeout_ms = (int)u;
     } else if (!strcmp(a, "--json")) {
       o->json = true;
+    } else if (!strcmp(a, "--tls")) {
+      o->tls = true;
+    } else if (!strcmp(a, "--tls-ca")) {
+      NEED();
+      o->tls_ca = v;
+      o->tls = true;
+    } else if (!strcmp(a, "--tls-cert")) {
+      NEED();
+      o->tls_cert = v;
+      o->tls = true;
+    } else if (!strcmp(a, "--tls-key")) {
+      NEED();
+      o->tls_key = v;
+    } else if (!strcmp(a, "--token")) {
+      NEED();
+      o->token = v;
     } else {
       fprintf(stderr, "tpubench: unknown option '%s' (see --help)\n", a);
       return 2;
@@ -193,6 +221,7 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
   }
   if (!o->data && !o->input_file) o->random_input = true;
   if (!o->addr) o->addr = o->http ? "127.0.0.1:8501" : "127.0.0.1:8500";
+  if (!o->token && getenv("TPUCTL_TOKEN") && *getenv("TPUCTL_TOKEN")) o->token = getenv("TPUCTL_TOKEN");
   return 0;
 }
 
@@ -253,6 +282,7 @@ typedef struct {
 
 typedef struct {
   int fd;
+  SSL *ssl; /* TLS, or NULL */
   char *out;
   size_t olen, ocap, osent;
   char *in;
@@ -267,6 +297,8 @@ typedef struct {
   opts_t o;
   char host[256], port[16];
   struct addrinfo *ai;
+  SSL_CTX *ssl_ctx; /* --tls */
+  char *authz;      /* "Bearer <token>", or NULL */
   int ep;
   conn_t *c;
   /* The request: HTTP bytes, or the native payload (serialized ModelInferRequest). */
@@ -337,9 +369,54 @@ static int connect_fd(bench_t *b) {
   return -1;
 }
 
+/* TLS over a connected socket: a blocking handshake (set-up, not measured), then non-blocking. */
+static SSL *tls_wrap(bench_t *b, int fd) {
+  if (!b->ssl_ctx) return NULL;
+  SSL *ssl = SSL_new(b->ssl_ctx);
+  if (!ssl || SSL_set_fd(ssl, fd) != 1) die("TLS: out of memory");
+  unsigned char ip[16];
+  int is_ip = inet_pton(AF_INET, b->host, ip) == 1 || inet_pton(AF_INET6, b->host, ip) == 1;
+  if (!is_ip) SSL_set_tlsext_host_name(ssl, b->host);
+  if ((is_ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), b->host)
+             : SSL_set1_host(ssl, b->host)) != 1)
+    die("TLS: cannot verify against '%s'", b->host);
+  int fl = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  if (SSL_connect(ssl) != 1) {
+    long vr = SSL_get_verify_result(ssl);
+    char why[256];
+    ERR_error_string_n(ERR_get_error(), why, sizeof why);
+    die("TLS handshake with %s failed: %s", b->o.addr,
+        vr != X509_V_OK ? X509_verify_cert_error_string(vr) : why);
+  }
+  fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+  return ssl;
+}
+
+/* send(2)/recv(2) or their TLS equivalents: -1 with errno EAGAIN when the socket is not ready. */
+static ssize_t c_send(conn_t *c, const void *p, size_t n) {
+  if (!c->ssl) return send(c->fd, p, n, MSG_NOSIGNAL);
+  int r = SSL_write(c->ssl, p, (int)(n > (1u << 30) ? 1u << 30 : n));
+  if (r > 0) return r;
+  int e = SSL_get_error(c->ssl, r);
+  errno = e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ ? EAGAIN : EPIPE;
+  return -1;
+}
+
+static ssize_t c_recv(conn_t *c, void *p, size_t n) {
+  if (!c->ssl) return recv(c->fd, p, n, 0);
+  int r = SSL_read(c->ssl, p, (int)(n > (1u << 30) ? 1u << 30 : n));
+  if (r > 0) return r;
+  int e = SSL_get_error(c->ssl, r);
+  if (e == SSL_ERROR_ZERO_RETURN) return 0;
+  errno = e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ ? EAGAIN : EPIPE;
+  return -1;
+}
+
 static void conn_open(bench_t *b, conn_t *c) {
   c->fd = connect_fd(b);
   if (c->fd < 0) die("connect to %s: %s", b->o.addr, strerror(errno));
+  c->ssl = tls_wrap(b, c->fd);
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
   if (epoll_ctl(b->ep, EPOLL_CTL_ADD, c->fd, &ev) != 0) die("epoll_ctl: %s", strerror(errno));
   c->want_write = false;
@@ -354,7 +431,7 @@ static void set_write(bench_t *b, conn_t *c, bool on) {
 
 static void flush_out(bench_t *b, conn_t *c) {
   while (c->osent < c->olen) {
-    ssize_t n = send(c->fd, c->out + c->osent, c->olen - c->osent, MSG_NOSIGNAL);
+    ssize_t n = c_send(c, c->out + c->osent, c->olen - c->osent);
     if (n > 0) {
       c->osent += (size_t)n;
       continue;
@@ -390,6 +467,11 @@ static void send_req(bench_t *b, conn_t *c, uint64_t t) {
   } else {
     tpu_envelope_request_t r = {.id = id, .method = TPUD__METHOD__MODEL_INFER,
                                 .payload = (const uint8_t *)b->req, .payload_len = b->req_len};
+    const char *md[2] = {"authorization", b->authz};
+    if (b->authz) {
+      r.metadata = md;
+      r.n_metadata = 1;
+    }
     size_t need = 0;
     tpu_proto_error_t perr;
     grow(&c->out, &c->ocap, c->olen + b->req_len + 64);
@@ -487,6 +569,8 @@ static int parse_in(bench_t *b, conn_t *c) {
 
 static void conn_reset(bench_t *b, conn_t *c, const char *why) {
   epoll_ctl(b->ep, EPOLL_CTL_DEL, c->fd, NULL);
+  if (c->ssl) SSL_free(c->ssl);
+  c->ssl = NULL;
   close(c->fd);
   while (c->nfl) complete(b, c, 0, why);
   c->ilen = c->olen = c->osent = 0;
@@ -497,10 +581,10 @@ static void conn_reset(bench_t *b, conn_t *c, const char *why) {
 static void on_readable(bench_t *b, conn_t *c) {
   for (;;) {
     grow(&c->in, &c->icap, c->ilen + 65536);
-    ssize_t n = recv(c->fd, c->in + c->ilen, c->icap - c->ilen, 0);
+    ssize_t n = c_recv(c, c->in + c->ilen, c->icap - c->ilen);
     if (n > 0) {
       c->ilen += (size_t)n;
-      if ((size_t)n < 65536) break;
+      if ((size_t)n < 65536 && !c->ssl) break; /* TLS: read until OpenSSL wants more bytes */
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
@@ -533,20 +617,24 @@ static char *read_file(const char *path, size_t *len) {
 static char *http_get(bench_t *b, const char *path, int *status) {
   int fd = connect_fd(b);
   if (fd < 0) die("connect to %s: %s", b->o.addr, strerror(errno));
+  conn_t hc = {.fd = fd, .ssl = tls_wrap(b, fd)};
   int fl = fcntl(fd, F_GETFL);
   fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-  char req[1024];
-  int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n",
-                   path, b->host);
-  if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n) die("send: %s", strerror(errno));
+  char req[2048];
+  int n = snprintf(req, sizeof req,
+                   "GET %s HTTP/1.1\r\nHost: %s\r\n%s%s%sConnection: close\r\n\r\n", path,
+                   b->host, b->authz ? "Authorization: " : "", b->authz ? b->authz : "",
+                   b->authz ? "\r\n" : "");
+  if (c_send(&hc, req, (size_t)n) != n) die("send: %s", strerror(errno));
   char *buf = NULL;
   size_t cap = 0, len = 0;
   for (;;) {
     grow(&buf, &cap, len + 65536);
-    ssize_t r = recv(fd, buf + len, cap - len - 1, 0);
+    ssize_t r = c_recv(&hc, buf + len, cap - len - 1);
     if (r <= 0) break;
     len += (size_t)r;
   }
+  if (hc.ssl) SSL_free(hc.ssl);
   close(fd);
   if (!buf) die("no answer from %s", b->o.addr);
   buf[len] = 0;
@@ -574,6 +662,11 @@ static void model_input(bench_t *b, char *name, size_t namecap, size_t *width) {
     tpu_client_options_t co;
     tpu_client_options_init(&co);
     co.connect_timeout_ms = co.timeout_ms = b->o.timeout_ms;
+    co.tls = b->o.tls;
+    co.tls_ca_file = b->o.tls_ca;
+    co.tls_cert_file = b->o.tls_cert;
+    co.tls_key_file = b->o.tls_key;
+    co.token = b->o.token;
     tpu_client_t *cl = NULL;
     if (tpu_client_connect(b->o.addr, &co, &cl) != TPU_CLIENT_OK)
       die("%s", tpu_client_errmsg(cl));
@@ -629,10 +722,12 @@ static void build_request(bench_t *b) {
   if (b->o.http) {
     char head[1024];
     int hn = snprintf(head, sizeof head,
-                      "POST /v2/models/%s%s%s/infer HTTP/1.1\r\nHost: %s\r\n"
+                      "POST /v2/models/%s%s%s/infer HTTP/1.1\r\nHost: %s\r\n%s%s%s"
                       "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
                       b->o.model, b->o.version ? "/versions/" : "",
-                      b->o.version ? b->o.version : "", b->host, blen);
+                      b->o.version ? b->o.version : "", b->host,
+                      b->authz ? "Authorization: " : "", b->authz ? b->authz : "",
+                      b->authz ? "\r\n" : "", blen);
     b->req_len = (size_t)hn + blen;
     b->req = malloc(b->req_len);
     if (!b->req) die("out of memory");
@@ -746,6 +841,33 @@ int main(int argc, char **argv) {
   int gai = getaddrinfo(b->host, b->port, &hints, &b->ai);
   if (gai) die("--addr %s: %s", a, gai_strerror(gai));
   signal(SIGPIPE, SIG_IGN);
+  if (b->o.token) {
+    size_t n = strlen(b->o.token) + 8;
+    b->authz = malloc(n);
+    if (!b->authz) die("out of memory");
+    snprintf(b->authz, n, "Bearer %s", b->o.token);
+  }
+  if (b->o.tls) {
+    b->ssl_ctx = SSL_CTX_new(TLS_client_method());
+    if (!b->ssl_ctx) die("TLS: out of memory");
+    SSL_CTX_set_min_proto_version(b->ssl_ctx, TLS1_2_VERSION);
+    SSL_CTX_set_mode(b->ssl_ctx,
+                     SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    if ((b->o.tls_ca ? SSL_CTX_load_verify_locations(b->ssl_ctx, b->o.tls_ca, NULL)
+                     : SSL_CTX_set_default_verify_paths(b->ssl_ctx)) != 1)
+      die("--tls-ca %s: cannot load", b->o.tls_ca ? b->o.tls_ca : "(system)");
+    SSL_CTX_set_verify(b->ssl_ctx, SSL_VERIFY_PEER, NULL);
+    if (b->o.tls_cert &&
+        (SSL_CTX_use_certificate_chain_file(b->ssl_ctx, b->o.tls_cert) != 1 ||
+         SSL_CTX_use_PrivateKey_file(b->ssl_ctx, b->o.tls_key ? b->o.tls_key : b->o.tls_cert,
+                                     SSL_FILETYPE_PEM) != 1))
+      die("--tls-cert %s / --tls-key: cannot load", b->o.tls_cert);
+    static const unsigned char alpn_native[] = "\x06tpud/1", alpn_http[] = "\x08http/1.1";
+    if (b->o.http)
+      SSL_CTX_set_alpn_protos(b->ssl_ctx, alpn_http, sizeof alpn_http - 1);
+    else
+      SSL_CTX_set_alpn_protos(b->ssl_ctx, alpn_native, sizeof alpn_native - 1);
+  }
   build_request(b);
 
   b->ep = epoll_create1(EPOLL_CLOEXEC);

@@ -18,6 +18,11 @@
  * completed locally with TIMEOUT and stays in `pend` marked abandoned, so its late answer is
  * recognized and dropped rather than taken for a protocol error. When the connection dies,
  * every live request is completed with the reason: each sent request gets exactly one result.
+ *
+ * TLS (tpuclient_tls.c): the same socket carries an SSL; io_recv/io_send stand in for
+ * recv/send. OpenSSL may hold decrypted bytes the socket no longer announces, so reading drains
+ * SSL_pending before the next poll. A bearer token goes into every request's envelope as metadata
+ * "authorization: Bearer <token>".
  */
 #include "tpuclient.h"
 
@@ -39,6 +44,7 @@
 #include "tpu_envelope.h"
 #include "tpu_frame.h"
 #include "tpu_oip_json.h"
+#include "tpuclient_tls.h"
 
 #define DEFAULT_PORT "8500"
 #define DEFAULT_CONNECT_TIMEOUT_MS 5000
@@ -91,6 +97,8 @@ struct tpu_client_result {
 
 struct tpu_client {
   int fd; /* -1 once closed */
+  SSL *ssl;      /* TLS on fd, or NULL */
+  char *authz;   /* "Bearer <token>" (malloc'd), or NULL */
   tpu_client_options_t opts;
   char addr[256];
   tpu_frame_decoder_t *dec;
@@ -279,6 +287,8 @@ __attribute__((format(printf, 3, 4))) static void conn_fail(tpu_client_t *c, tpu
   vsnprintf(c->conn_msg, sizeof c->conn_msg, fmt, ap);
   va_end(ap);
   c->conn_status = st;
+  tpu__ctls_free(c->ssl, 0);
+  c->ssl = NULL;
   if (c->fd >= 0) close(c->fd);
   c->fd = -1;
   for (size_t i = 0; i < c->npend; i++) {
@@ -347,13 +357,33 @@ static void handle_frame(tpu_client_t *c, const tpu_frame_t *frame) {
   if (r) queue_push(c, r);
 }
 
-/* One read(): feeds whatever arrived through the decoder. Returns 0, or -1 once the
- * connection is gone. */
+static ssize_t io_recv(tpu_client_t *c, void *buf, size_t len) {
+  return c->ssl ? tpu__ctls_recv(c->ssl, buf, len) : recv(c->fd, buf, len, 0);
+}
+
+static ssize_t io_send(tpu_client_t *c, const void *buf, size_t len) {
+  return c->ssl ? tpu__ctls_send(c->ssl, buf, len) : send(c->fd, buf, len, MSG_NOSIGNAL);
+}
+
+static int read_chunk(tpu_client_t *c);
+
+/* Reads what arrived (with TLS, also every byte OpenSSL holds decrypted) through the decoder.
+ * Returns 0, or -1 once the connection is gone. */
 static int read_some(tpu_client_t *c) {
-  ssize_t n = recv(c->fd, c->rbuf, READ_CHUNK, 0);
+  int rc;
+  do {
+    rc = read_chunk(c);
+  } while (rc == 0 && c->ssl && SSL_pending(c->ssl) > 0);
+  return rc;
+}
+
+/* One read(): feeds whatever arrived through the decoder. */
+static int read_chunk(tpu_client_t *c) {
+  ssize_t n = io_recv(c, c->rbuf, READ_CHUNK);
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
-    conn_fail(c, TPU_CLIENT_CLOSED, "connection to %s lost: %s", c->addr, strerror(errno));
+    conn_fail(c, TPU_CLIENT_CLOSED, "connection to %s lost: %s", c->addr,
+              c->ssl && errno == EPROTO ? tpu__ctls_error() : strerror(errno));
     return -1;
   }
   if (n == 0) {
@@ -412,7 +442,7 @@ static void pump(tpu_client_t *c, int64_t deadline) {
   for (size_t i = 0; i < c->npend; i++)
     if (!c->pend[i].abandoned && c->pend[i].deadline < deadline) deadline = c->pend[i].deadline;
   struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-  int rc = poll(&pfd, 1, wait_ms(deadline));
+  int rc = c->ssl && SSL_pending(c->ssl) > 0 ? 1 : poll(&pfd, 1, wait_ms(deadline));
   if (rc < 0) {
     if (errno != EINTR)
       conn_fail(c, TPU_CLIENT_CLOSED, "poll on connection to %s: %s", c->addr, strerror(errno));
@@ -435,7 +465,7 @@ static tpu_client_status_t send_all(tpu_client_t *c, const uint8_t *buf, size_t 
   while (off < len) {
     if (c->conn_status != TPU_CLIENT_OK)
       return set_err(c, c->conn_status, "%s", c->conn_msg);
-    ssize_t n = send(c->fd, buf + off, len - off, MSG_NOSIGNAL);
+    ssize_t n = io_send(c, buf + off, len - off);
     if (n > 0) {
       off += (size_t)n;
       continue;
@@ -443,7 +473,7 @@ static tpu_client_status_t send_all(tpu_client_t *c, const uint8_t *buf, size_t 
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
       conn_fail(c, TPU_CLIENT_CLOSED, "connection to %s lost while sending: %s", c->addr,
-                strerror(errno));
+                c->ssl && errno == EPROTO ? tpu__ctls_error() : strerror(errno));
       continue;
     }
     int ms = wait_ms(deadline);
@@ -604,6 +634,26 @@ tpu_client_status_t tpu_client_connect(const char *addr, const tpu_client_option
                      c->opts.connect_timeout_ms);
     return set_err(c, TPU_CLIENT_CONNECT_FAILED, "connect to %s: %s", addr, strerror(err));
   }
+  bool tls = c->opts.tls || (c->opts.tls_ca_file && *c->opts.tls_ca_file) ||
+             (c->opts.tls_cert_file && *c->opts.tls_cert_file);
+  if (tls) {
+    char why[384];
+    c->ssl = tpu__ctls_connect(c->fd, &c->opts, host, deadline, why, sizeof why);
+    if (!c->ssl) {
+      close(c->fd);
+      c->fd = -1;
+      return set_err(c, TPU_CLIENT_CONNECT_FAILED, "connect to %s: %s", addr, why);
+    }
+  }
+  if (c->opts.token && *c->opts.token) {
+    size_t n = strlen(c->opts.token) + 8;
+    c->authz = malloc(n);
+    if (!c->authz) return set_err(c, TPU_CLIENT_NOMEM, "out of memory");
+    snprintf(c->authz, n, "Bearer %s", c->opts.token);
+  }
+  /* Used up: keep no pointer into the caller's memory. */
+  c->opts.tls_ca_file = c->opts.tls_cert_file = c->opts.tls_key_file = NULL;
+  c->opts.tls_server_name = c->opts.token = NULL;
   c->conn_status = TPU_CLIENT_OK;
   c->conn_msg[0] = '\0';
   return ok(c);
@@ -611,7 +661,12 @@ tpu_client_status_t tpu_client_connect(const char *addr, const tpu_client_option
 
 void tpu_client_free(tpu_client_t *c) {
   if (!c) return;
+  tpu__ctls_free(c->ssl, c->conn_status == TPU_CLIENT_OK);
   if (c->fd >= 0) close(c->fd);
+  if (c->authz) {
+    memset(c->authz, 0, strlen(c->authz));
+    free(c->authz);
+  }
   tpu_client_result_t *r;
   while ((r = queue_pop(c))) tpu_client_result_free(r);
   tpu_frame_decoder_free(c->dec);
@@ -655,6 +710,11 @@ tpu_client_status_t tpu_client_send(tpu_client_t *c, int method, const ProtobufC
       .timeout_us = tmo > 0 ? (uint64_t)tmo * 1000 : 0,
       .payload_msg = request,
   };
+  const char *md[2] = {"authorization", c->authz};
+  if (c->authz) {
+    req.metadata = md;
+    req.n_metadata = 1;
+  }
   uint8_t *frame = NULL;
   size_t len = 0;
   tpu_proto_error_t perr;

@@ -102,6 +102,16 @@ typedef struct {
   int connect_timeout_ms;   /* TCP connect timeout, ms; default 5000; TPU_CLIENT_NO_TIMEOUT: OS's */
   int timeout_ms;           /* default per-call timeout, ms; default 30000; NO_TIMEOUT: none */
   size_t max_message_bytes; /* largest response accepted, bytes; default 64 MiB */
+  /* TLS and credentials (added in 0.1 with tpud's TLS; zero/NULL = off). File names and the
+   * token are read or copied during tpu_client_connect(); nothing keeps the caller's pointers. */
+  bool tls;                    /* TLS even without tls_ca_file (then the system's CAs) */
+  const char *tls_ca_file;     /* PEM CAs the server's certificate must chain to; implies tls */
+  const char *tls_cert_file;   /* PEM client certificate (mutual TLS); implies tls */
+  const char *tls_key_file;    /* its PEM private key; NULL = in tls_cert_file */
+  const char *tls_server_name; /* name the certificate must match, sent as SNI; NULL = the host
+                                  of addr (an IP address is matched against IP SANs) */
+  bool tls_no_verify_host;     /* verify the chain only, not the name (tests; not for production) */
+  const char *token;           /* bearer token: sent as metadata "authorization: Bearer <token>" */
 } tpu_client_options_t;
 
 /* Fills *opts with the defaults. */
@@ -117,6 +127,11 @@ typedef struct tpu_client tpu_client_t;
  * tpu_client_errmsg() can say why ("connect to 127.0.0.1:1: Connection refused"); free it with
  * tpu_client_free() either way. Returns OK, CONNECT_FAILED (resolution, refusal, timeout), MISUSE
  * (malformed address or options) or NOMEM.
+ *
+ * With TLS (opts->tls, tls_ca_file or tls_cert_file) the handshake is part of the connect and its
+ * timeout: TLS 1.2 or later, ALPN "tpud/1", the server's certificate verified against
+ * tls_ca_file (else the system's CAs) and its name against tls_server_name or the host; a failed
+ * verification is CONNECT_FAILED with OpenSSL's reason ("certificate verify failed: ...").
  */
 tpu_client_status_t tpu_client_connect(const char *addr, const tpu_client_options_t *opts,
                                        tpu_client_t **out);

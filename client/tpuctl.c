@@ -51,6 +51,8 @@ enum {
 typedef struct {
   const char *addr;
   int timeout_ms; /* 0: the library's default */
+  const char *tls_ca, *tls_cert, *tls_key, *tls_server_name, *token;
+  bool tls, tls_no_verify_host;
   bool help;
   unsigned flags; /* F_* given */
   const char *version, *data, *file;
@@ -105,6 +107,13 @@ static int connect_or_fail(const cli_t *cli, tpu_client_t **out) {
     opts.timeout_ms = cli->timeout_ms;
     opts.connect_timeout_ms = cli->timeout_ms;
   }
+  opts.tls = cli->tls;
+  opts.tls_ca_file = cli->tls_ca;
+  opts.tls_cert_file = cli->tls_cert;
+  opts.tls_key_file = cli->tls_key;
+  opts.tls_server_name = cli->tls_server_name;
+  opts.tls_no_verify_host = cli->tls_no_verify_host;
+  opts.token = cli->token;
   tpu_client_status_t st = tpu_client_connect(cli->addr, &opts, out);
   if (st == TPU_CLIENT_OK) return 0;
   failure(cli->cmd, "%s", tpu_client_errmsg(*out));
@@ -443,6 +452,15 @@ static const char global_help[] =
     "  --addr HOST:PORT   server's native protocol address (default " DEFAULT_ADDR ")\n"
     "  --timeout MS       per-call timeout in milliseconds, also the connect timeout\n"
     "                     (default: 30000 per call, 5000 to connect)\n"
+    "  --tls              TLS, verifying the server against the system's CAs\n"
+    "  --tls-ca FILE      TLS, verifying the server against the CAs in FILE (PEM)\n"
+    "  --tls-cert FILE    client certificate (PEM) for servers that require one (mutual TLS)\n"
+    "  --tls-key FILE     its private key (default: in --tls-cert)\n"
+    "  --tls-server-name NAME  name the server certificate must carry (default: the host of\n"
+    "                     --addr; an IP address is checked against the IP SANs)\n"
+    "  --tls-no-verify-host  check the certificate chain but not the name (testing only)\n"
+    "  --token TOKEN      bearer token (default: $TPUCTL_TOKEN); sent as metadata\n"
+    "                     \"authorization: Bearer TOKEN\"\n"
     "  -h, --help         this help, or a command's with `tpuctl COMMAND --help`\n"
     "Exit status: 0 on success, 1 when the call failed, 2 for a bad command line.\n";
 
@@ -477,6 +495,8 @@ static bool is_flag(const char *arg, const char *flag) {
 static int parse_args(int argc, char **argv, cli_t *cli) {
   memset(cli, 0, sizeof *cli);
   cli->addr = DEFAULT_ADDR;
+  cli->token = getenv("TPUCTL_TOKEN"); /* keeps the token out of `ps`; --token wins */
+  if (cli->token && !*cli->token) cli->token = NULL;
   bool only_positionals = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -511,6 +531,24 @@ static int parse_args(int argc, char **argv, cli_t *cli) {
         return usage_error("--timeout: \"%s\" is not a number of milliseconds from 1 to 86400000",
                            v);
       cli->timeout_ms = (int)ms;
+    } else if (strcmp(a, "--tls") == 0) {
+      cli->tls = true;
+    } else if (strcmp(a, "--tls-no-verify-host") == 0) {
+      cli->tls_no_verify_host = true;
+    } else if (is_flag(a, "--tls-ca") || is_flag(a, "--tls-cert") || is_flag(a, "--tls-key") ||
+               is_flag(a, "--tls-server-name") || is_flag(a, "--token")) {
+      const char *flag = is_flag(a, "--tls-ca")            ? "--tls-ca"
+                         : is_flag(a, "--tls-cert")        ? "--tls-cert"
+                         : is_flag(a, "--tls-key")         ? "--tls-key"
+                         : is_flag(a, "--tls-server-name") ? "--tls-server-name"
+                                                           : "--token";
+      if (!(v = flag_value(argc, argv, &i, a, flag)) || !*v)
+        return usage_error("%s needs a value", flag);
+      if (!strcmp(flag, "--tls-ca")) cli->tls_ca = v;
+      else if (!strcmp(flag, "--tls-cert")) cli->tls_cert = v;
+      else if (!strcmp(flag, "--tls-key")) cli->tls_key = v;
+      else if (!strcmp(flag, "--tls-server-name")) cli->tls_server_name = v;
+      else cli->token = v;
     } else if (is_flag(a, "--version")) {
       if (!(v = flag_value(argc, argv, &i, a, "--version")) || !*v)
         return usage_error("--version needs a version");

@@ -2,7 +2,10 @@
  * tpu_oip_json.c - Open Inference Protocol v2 REST JSON <-> protobuf messages.
  *
  * DESIGN
- * Parsing goes text -> (depth and size check on the raw text) -> jansson tree -> message. Each
+ * Parsing first tries a single pass over the text straight into the message (the "fast path"
+ * section below) for the plain FP32 bodies that make up the serving traffic; anything it does not
+ * take, every error included, goes the general way: text -> (depth and size check on the raw
+ * text) -> jansson tree -> message, which alone words the error messages. Each
  * tensor's data is walked twice: once to check its structure against the shape (flat: one array
  * of shape-product scalars; nested: arrays whose lengths are the dims, all the way down), and,
  * once the element count is known to be honest, again to encode every element into a buffer
@@ -17,6 +20,7 @@
  * free_unpacked on any error path.
  */
 #include "tpu_oip_json.h"
+#include "tpu_proto_int.h"
 
 #include <float.h>
 #include <inttypes.h>
@@ -1016,6 +1020,489 @@ fail:
   return st;
 }
 
+/* ---- infer request: the single-pass fast path ---- */
+
+/*
+ * The common request, {"id"?, "parameters"?, "inputs": [{"name", "shape", "datatype": "FP32",
+ * "data", "parameters"?}], "outputs"?}, parsed in one pass over the text straight into the
+ * message: no jansson tree, no per-element allocation, numbers converted in place. It accepts a
+ * strict subset of what the jansson path accepts and builds the very same message for it (the
+ * tests compare both on random and mutated bodies); anything else declines and the jansson path
+ * runs, so every error message still comes from one place. Declined: escapes or control bytes
+ * in strings, invalid UTF-8, unknown or duplicate keys, datatypes other than FP32, "data"
+ * before "shape" or "datatype", parameter values other than strings, booleans and numbers,
+ * numbers jansson would refuse (integers beyond int64, reals that overflow), and every error.
+ *
+ * Numbers are converted exactly as the jansson path does (strtod, or strtoll for integer tokens,
+ * then a cast to float): a token of at most 15 significant digits and a power of ten up to 22
+ * is one correctly rounded double multiplication or division of two exact doubles (Clinger's
+ * fast path), which is strtod's result; longer tokens go through strtod itself.
+ */
+typedef struct {
+  const char *p, *end;
+  int depth, max_depth;
+} fp_t;
+
+static const double fp_pow10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                    1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                    1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+static void fp_ws(fp_t *f) {
+  while (f->p < f->end && (*f->p == ' ' || *f->p == '\n' || *f->p == '\r' || *f->p == '\t'))
+    f->p++;
+}
+
+/* Consumes `c` (after whitespace); 0 when the next byte is something else. */
+static int fp_eat(fp_t *f, char c) {
+  fp_ws(f);
+  if (f->p < f->end && *f->p == c) {
+    f->p++;
+    return 1;
+  }
+  return 0;
+}
+
+/* Opens an array or object: counts the nesting the depth limit applies to. */
+static int fp_open(fp_t *f, char c) {
+  if (!fp_eat(f, c)) return 0;
+  return ++f->depth <= f->max_depth;
+}
+
+/* A string without escapes or control bytes, valid UTF-8: [*s, *s + *n). */
+static int fp_string(fp_t *f, const char **s, size_t *n) {
+  if (!fp_eat(f, '"')) return 0;
+  const char *b = f->p;
+  int high = 0;
+  while (f->p < f->end) {
+    unsigned char c = (unsigned char)*f->p;
+    if (c == '"') {
+      *s = b;
+      *n = (size_t)(f->p - b);
+      f->p++;
+      return !high || utf8_valid((const uint8_t *)b, *n);
+    }
+    if (c == '\\' || c < 0x20) return 0;
+    high |= c >= 0x80;
+    f->p++;
+  }
+  return 0;
+}
+
+static int fp_key_is(const char *s, size_t n, const char *key) {
+  return strlen(key) == n && memcmp(s, key, n) == 0;
+}
+
+static char *fp_strdup(const char *s, size_t n) {
+  char *d = malloc(n + 1);
+  if (!d) return NULL;
+  memcpy(d, s, n);
+  d[n] = '\0';
+  return d;
+}
+
+/*
+ * A JSON number token. *is_int says it had no fraction or exponent (jansson makes those
+ * integers: *iv); otherwise *dv is strtod's value. 0 for anything jansson would refuse.
+ */
+static int fp_number(fp_t *f, int *is_int, int64_t *iv, double *dv) {
+  fp_ws(f);
+  const char *s = f->p, *q = s, *e = f->end;
+  int neg = 0;
+  if (q < e && *q == '-') {
+    neg = 1;
+    q++;
+  }
+  if (q >= e || *q < '0' || *q > '9') return 0;
+  uint64_t m = 0;
+  int nd = 0, dropped = 0, exp10 = 0; /* significant digits kept, digits past 19 */
+  if (*q == '0') {
+    q++;
+  } else {
+    for (; q < e && *q >= '0' && *q <= '9'; q++) {
+      if (nd < 19) {
+        m = m * 10 + (uint64_t)(*q - '0');
+        nd++;
+      } else {
+        dropped++;
+      }
+    }
+  }
+  int integer = 1;
+  if (q < e && *q == '.') {
+    integer = 0;
+    q++;
+    if (q >= e || *q < '0' || *q > '9') return 0;
+    for (; q < e && *q >= '0' && *q <= '9'; q++) {
+      if (nd == 0 && *q == '0') {
+        exp10--; /* leading zeros of a fraction only scale */
+      } else if (nd < 19) {
+        m = m * 10 + (uint64_t)(*q - '0');
+        nd++;
+        exp10--;
+      } else {
+        dropped++; /* a long fraction: strtod below decides */
+      }
+    }
+  }
+  if (q < e && (*q == 'e' || *q == 'E')) {
+    integer = 0;
+    q++;
+    int eneg = 0;
+    if (q < e && (*q == '+' || *q == '-')) eneg = *q++ == '-';
+    if (q >= e || *q < '0' || *q > '9') return 0;
+    int x = 0;
+    for (; q < e && *q >= '0' && *q <= '9'; q++)
+      if (x < 100000) x = x * 10 + (*q - '0');
+    exp10 += eneg ? -x : x;
+  }
+  f->p = q;
+  *is_int = integer;
+  if (integer) { /* strtoll: at most 19 digits and within int64 */
+    if (dropped || (neg ? m > (uint64_t)INT64_MAX + 1 : m > (uint64_t)INT64_MAX)) return 0;
+    *iv = neg ? (int64_t)(0 - m) : (int64_t)m;
+    return 1;
+  }
+  if (!dropped && nd <= 15 && exp10 >= -22 && exp10 <= 22) {
+    double d = (double)m; /* exact: m < 10^15 < 2^53 */
+    d = exp10 >= 0 ? d * fp_pow10[exp10] : d / fp_pow10[-exp10];
+    *dv = neg ? -d : d;
+    return 1;
+  }
+  char tmp[128];
+  size_t len = (size_t)(q - s);
+  if (len >= sizeof tmp) return 0;
+  memcpy(tmp, s, len);
+  tmp[len] = '\0';
+  double d = strtod(tmp, NULL);
+  if (isinf(d)) return 0; /* jansson: "real number overflow" */
+  *dv = d;
+  return 1;
+}
+
+/* One FP32 element, stored little-endian at dst. */
+static int fp_f32(fp_t *f, uint8_t *dst) {
+  int is_int;
+  int64_t iv;
+  double d;
+  if (!fp_number(f, &is_int, &iv, &d)) return 0;
+  if (is_int) d = (double)iv;
+  if (fabs(d) > FLT_MAX) return 0;
+  store_le(dst, f32_bits((float)d), 4);
+  return 1;
+}
+
+/* n FP32 elements "x, y, ...]" after an opened '[' (n may be 0). */
+static int fp_f32_run(fp_t *f, uint8_t *dst, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (i && !fp_eat(f, ',')) return 0;
+    if (!fp_f32(f, dst + 4 * i)) return 0;
+  }
+  if (!fp_eat(f, ']')) return 0;
+  f->depth--;
+  return 1;
+}
+
+/* The elements of dimension `dim` of nested data and its closing ']' (its '[' already read);
+ * *at advances over the elements stored. Every level must hold exactly its dim's count, so the
+ * leaves number exactly the shape's product, which dst was sized for. */
+static int fp_nested(fp_t *f, const int64_t *shape, size_t rank, size_t dim, uint8_t *dst,
+                     size_t *at) {
+  size_t n = (size_t)shape[dim];
+  if (dim + 1 == rank) {
+    if (!fp_f32_run(f, dst + 4 * *at, n)) return 0;
+    *at += n;
+    return 1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (i && !fp_eat(f, ',')) return 0;
+    if (!fp_open(f, '[') || !fp_nested(f, shape, rank, dim + 1, dst, at)) return 0;
+  }
+  if (!fp_eat(f, ']')) return 0;
+  f->depth--;
+  return 1;
+}
+
+/* A parameters object into (*n_out, *arr_out), built as parse_params builds it. */
+static int fp_params(fp_t *f, const ProtobufCMessageDescriptor *entry_desc, size_t *n_out,
+                     param_entry_t ***arr_out) {
+  if (!fp_open(f, '{')) return 0;
+  if (fp_eat(f, '}')) {
+    f->depth--;
+    return 1;
+  }
+  size_t cap = 0;
+  do {
+    const char *k;
+    size_t kn;
+    if (!fp_string(f, &k, &kn) || !fp_eat(f, ':')) return 0;
+    for (size_t i = 0; i < *n_out; i++) /* duplicates: jansson refuses them */
+      if (fp_key_is(k, kn, (*arr_out)[i]->key)) return 0;
+    Inference__InferParameter p = INFERENCE__INFER_PARAMETER__INIT;
+    fp_ws(f);
+    if (f->p >= f->end) return 0;
+    char c = *f->p;
+    if (c == '"') {
+      const char *s;
+      size_t sn;
+      if (!fp_string(f, &s, &sn)) return 0;
+      p.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+      if (!(p.string_param = fp_strdup(s, sn))) return 0;
+    } else if (c == 't' || c == 'f') {
+      size_t wl = c == 't' ? 4 : 5;
+      if ((size_t)(f->end - f->p) < wl || memcmp(f->p, c == 't' ? "true" : "false", wl) != 0)
+        return 0;
+      f->p += wl;
+      p.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+      p.bool_param = c == 't';
+    } else {
+      int is_int;
+      int64_t iv;
+      double dv;
+      if (!fp_number(f, &is_int, &iv, &dv)) return 0;
+      if (is_int) {
+        p.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+        p.int64_param = iv;
+      } else {
+        p.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM;
+        p.double_param = dv;
+      }
+    }
+    if (*n_out == cap) {
+      size_t ncap = cap ? cap * 2 : 4;
+      param_entry_t **arr = realloc(*arr_out, ncap * sizeof *arr);
+      if (!arr) goto oom;
+      *arr_out = arr;
+      cap = ncap;
+    }
+    param_entry_t *ent = malloc(entry_desc->sizeof_message);
+    Inference__InferParameter *pv = malloc(sizeof *pv);
+    char *key = fp_strdup(k, kn);
+    if (!ent || !pv || !key) {
+      free(ent);
+      free(pv);
+      free(key);
+      goto oom;
+    }
+    protobuf_c_message_init(entry_desc, ent);
+    *pv = p;
+    ent->key = key;
+    ent->value = pv;
+    (*arr_out)[(*n_out)++] = ent;
+    continue;
+  oom:
+    if (p.parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
+      free(p.string_param);
+    return 0;
+  } while (fp_eat(f, ','));
+  if (!fp_eat(f, '}')) return 0;
+  f->depth--;
+  return 1;
+}
+
+/* One element of "inputs", appended to req (its arrays have room). */
+static int fp_input(fp_t *f, Inference__ModelInferRequest *req, size_t text_len) {
+  if (!fp_open(f, '{')) return 0;
+  Inference__ModelInferRequest__InferInputTensor *x = malloc(sizeof *x);
+  if (!x) return 0;
+  inference__model_infer_request__infer_input_tensor__init(x);
+  size_t idx = req->n_inputs;
+  req->inputs[req->n_inputs++] = x; /* from here on free_unpacked owns x */
+  req->raw_input_contents[idx].data = NULL;
+  req->raw_input_contents[idx].len = 0;
+  req->n_raw_input_contents = idx + 1;
+  unsigned seen = 0; /* 1 name, 2 shape, 4 datatype, 8 data, 16 parameters */
+  int64_t shape[TPU_OIP_JSON_MAX_RANK];
+  size_t rank = 0, count = 1;
+  do {
+    const char *k;
+    size_t kn;
+    if (!fp_string(f, &k, &kn) || !fp_eat(f, ':')) return 0;
+    unsigned bit = fp_key_is(k, kn, "name")         ? 1u
+                   : fp_key_is(k, kn, "shape")      ? 2u
+                   : fp_key_is(k, kn, "datatype")   ? 4u
+                   : fp_key_is(k, kn, "data")       ? 8u
+                   : fp_key_is(k, kn, "parameters") ? 16u
+                                                    : 0u;
+    if (!bit || (seen & bit)) return 0;
+    seen |= bit;
+    if (bit == 1) {
+      const char *s;
+      size_t n;
+      if (!fp_string(f, &s, &n) || n == 0 || !(x->name = fp_strdup(s, n))) return 0;
+    } else if (bit == 2) {
+      if (!fp_open(f, '[')) return 0;
+      if (!fp_eat(f, ']')) {
+        do {
+          fp_ws(f);
+          if (rank == TPU_OIP_JSON_MAX_RANK || f->p >= f->end || *f->p == '-') return 0;
+          int is_int;
+          int64_t v;
+          double dv;
+          if (!fp_number(f, &is_int, &v, &dv) || !is_int) return 0;
+          if (v != 0 && count > (size_t)INT64_MAX / (uint64_t)v) return 0;
+          count *= (size_t)v;
+          shape[rank++] = v;
+        } while (fp_eat(f, ','));
+        if (!fp_eat(f, ']')) return 0;
+      }
+      f->depth--;
+    } else if (bit == 4) {
+      const char *s;
+      size_t n;
+      if (!fp_string(f, &s, &n) || !fp_key_is(s, n, "FP32")) return 0;
+      if (!(x->datatype = fp_strdup(s, n))) return 0;
+    } else if (bit == 8) {
+      if ((seen & 6u) != 6u) return 0; /* data before its shape or datatype */
+      /* Each element takes at least two bytes of text ("1,"), so a count the text cannot
+       * hold is an error the jansson path reports; nothing is allocated for it here. */
+      if (count > text_len / 2 + 1) return 0;
+      uint8_t *dst = count ? malloc(count * 4) : NULL;
+      if (count && !dst) return 0;
+      req->raw_input_contents[idx].data = dst; /* owned by the message from here */
+      req->raw_input_contents[idx].len = count * 4;
+      if (!fp_open(f, '[')) return 0;
+      fp_ws(f);
+      if (rank > 1 && f->p < f->end && *f->p == '[') { /* nested, as the jansson path says */
+        size_t at = 0;
+        if (!fp_nested(f, shape, rank, 0, dst, &at)) return 0;
+      } else if (!fp_f32_run(f, dst, count)) {
+        return 0;
+      }
+    } else {
+      if (!fp_params(f,
+                     &inference__model_infer_request__infer_input_tensor__parameters_entry__descriptor,
+                     &x->n_parameters, (param_entry_t ***)&x->parameters))
+        return 0;
+    }
+  } while (fp_eat(f, ','));
+  if (!fp_eat(f, '}') || (seen & 15u) != 15u) return 0;
+  f->depth--;
+  if (rank) {
+    x->shape = malloc(rank * sizeof *x->shape);
+    if (!x->shape) return 0;
+    memcpy(x->shape, shape, rank * sizeof *x->shape);
+    x->n_shape = rank;
+  }
+  return 1;
+}
+
+/* One element of "outputs", appended to req (its array has room). */
+static int fp_output(fp_t *f, Inference__ModelInferRequest *req) {
+  if (!fp_open(f, '{')) return 0;
+  Inference__ModelInferRequest__InferRequestedOutputTensor *x = malloc(sizeof *x);
+  if (!x) return 0;
+  inference__model_infer_request__infer_requested_output_tensor__init(x);
+  req->outputs[req->n_outputs++] = x;
+  unsigned seen = 0;
+  do {
+    const char *k;
+    size_t kn;
+    if (!fp_string(f, &k, &kn) || !fp_eat(f, ':')) return 0;
+    if (fp_key_is(k, kn, "name") && !(seen & 1u)) {
+      const char *s;
+      size_t n;
+      seen |= 1u;
+      if (!fp_string(f, &s, &n) || n == 0 || !(x->name = fp_strdup(s, n))) return 0;
+    } else if (fp_key_is(k, kn, "parameters") && !(seen & 2u)) {
+      seen |= 2u;
+      if (!fp_params(
+              f,
+              &inference__model_infer_request__infer_requested_output_tensor__parameters_entry__descriptor,
+              &x->n_parameters, (param_entry_t ***)&x->parameters))
+        return 0;
+    } else {
+      return 0;
+    }
+  } while (fp_eat(f, ','));
+  if (!fp_eat(f, '}') || !(seen & 1u)) return 0;
+  f->depth--;
+  return 1;
+}
+
+/* Appends one more slot to an array of pointers grown by doubling (*cap). */
+static int fp_grow(void **arr, size_t n, size_t *cap, size_t elem) {
+  if (n < *cap) return 1;
+  size_t ncap = *cap ? *cap * 2 : 4;
+  void *p = realloc(*arr, ncap * elem);
+  if (!p) return 0;
+  *arr = p;
+  *cap = ncap;
+  return 1;
+}
+
+int tpu__oip_json_infer_fast(const char *text, size_t len, const char *model_name,
+                             const char *model_version, const tpu_oip_json_limits_t *limits,
+                             Inference__ModelInferRequest **out) {
+  *out = NULL;
+  size_t max_bytes = limits && limits->max_bytes ? limits->max_bytes
+                                                 : TPU_OIP_JSON_DEFAULT_MAX_BYTES;
+  if (!text || len > max_bytes) return 0;
+  fp_t f = {text, text + len, 0,
+            limits && limits->max_depth > 0 ? limits->max_depth : TPU_OIP_JSON_DEFAULT_MAX_DEPTH};
+  Inference__ModelInferRequest *req = malloc(sizeof *req);
+  if (!req) return 0;
+  inference__model_infer_request__init(req);
+  size_t incap = 0, rawcap = 0, outcap = 0;
+  unsigned seen = 0; /* 1 id, 2 parameters, 4 inputs, 8 outputs */
+  if ((model_name && *model_name && !(req->model_name = strdup(model_name))) ||
+      (model_version && *model_version && !(req->model_version = strdup(model_version))))
+    goto decline;
+  if (!fp_open(&f, '{')) goto decline;
+  do {
+    const char *k;
+    size_t kn;
+    if (!fp_string(&f, &k, &kn) || !fp_eat(&f, ':')) goto decline;
+    unsigned bit = fp_key_is(k, kn, "id")           ? 1u
+                   : fp_key_is(k, kn, "parameters") ? 2u
+                   : fp_key_is(k, kn, "inputs")     ? 4u
+                   : fp_key_is(k, kn, "outputs")    ? 8u
+                                                    : 0u;
+    if (!bit || (seen & bit)) goto decline;
+    seen |= bit;
+    if (bit == 1) {
+      const char *s;
+      size_t n;
+      if (!fp_string(&f, &s, &n) || !(req->id = fp_strdup(s, n))) goto decline;
+    } else if (bit == 2) {
+      if (!fp_params(&f, &inference__model_infer_request__parameters_entry__descriptor,
+                     &req->n_parameters, &req->parameters))
+        goto decline;
+    } else if (bit == 4) {
+      if (!fp_open(&f, '[')) goto decline;
+      do {
+        if (!fp_grow((void **)&req->inputs, req->n_inputs, &incap, sizeof *req->inputs) ||
+            !fp_grow((void **)&req->raw_input_contents, req->n_inputs, &rawcap,
+                     sizeof *req->raw_input_contents))
+          goto decline;
+        if (!fp_input(&f, req, len)) goto decline;
+      } while (fp_eat(&f, ','));
+      if (!fp_eat(&f, ']')) goto decline;
+      f.depth--;
+    } else {
+      if (!fp_open(&f, '[')) goto decline;
+      if (!fp_eat(&f, ']')) {
+        do {
+          if (!fp_grow((void **)&req->outputs, req->n_outputs, &outcap, sizeof *req->outputs) ||
+              !fp_output(&f, req))
+            goto decline;
+        } while (fp_eat(&f, ','));
+        if (!fp_eat(&f, ']')) goto decline;
+      }
+      f.depth--;
+    }
+  } while (fp_eat(&f, ','));
+  if (!fp_eat(&f, '}') || !(seen & 4u)) goto decline;
+  fp_ws(&f);
+  if (f.p != f.end) goto decline;
+  *out = req;
+  return 1;
+decline:
+  if (!req->model_name) req->model_name = (char *)protobuf_c_empty_string;
+  if (!req->model_version) req->model_version = (char *)protobuf_c_empty_string;
+  inference__model_infer_request__free_unpacked(req, NULL);
+  return 0;
+}
+
 tpu_oip_json_status_t tpu_oip_json_infer_request_parse(const char *text, size_t len,
                                                        const char *model_name,
                                                        const char *model_version,
@@ -1024,6 +1511,8 @@ tpu_oip_json_status_t tpu_oip_json_infer_request_parse(const char *text, size_t 
                                                        char *err, size_t errlen) {
   if (!out) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no output pointer");
   *out = NULL;
+  if (tpu__oip_json_infer_fast(text, len, model_name, model_version, limits, out))
+    return TPU_OIP_JSON_OK;
   json_t *root;
   tpu_oip_json_status_t st = tpu_oip_json_load(text, len, limits, &root, err, errlen);
   if (st != TPU_OIP_JSON_OK) return st;
@@ -1170,9 +1659,25 @@ static tpu_oip_json_status_t shape_count(ectx_t *e, const int64_t *shape, size_t
   return TPU_OIP_JSON_OK;
 }
 
+/* Appends a signed integer in decimal (no printf: this runs for every response). */
+static void sb_i64(sbuf_t *b, int64_t v) {
+  char tmp[24];
+  int n = 0;
+  uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+  do {
+    tmp[sizeof tmp - 1 - n++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (v < 0) tmp[sizeof tmp - 1 - n++] = '-';
+  sb_put(b, tmp + sizeof tmp - n, (size_t)n);
+}
+
 static void sb_shape(sbuf_t *b, const int64_t *shape, size_t rank) {
   sb_put(b, "[", 1);
-  for (size_t i = 0; i < rank; i++) sb_printf(b, "%s%" PRId64, i ? "," : "", shape[i]);
+  for (size_t i = 0; i < rank; i++) {
+    if (i) sb_put(b, ",", 1);
+    sb_i64(b, shape[i]);
+  }
   sb_put(b, "]", 1);
 }
 
@@ -1221,6 +1726,29 @@ static tpu_oip_json_status_t format_params(ectx_t *e, sbuf_t *b, size_t n,
   return TPU_OIP_JSON_OK;
 }
 
+/* what = "outputs[i] 'name'" (name cut at 64 bytes), as snprintf would, without printf: this
+ * runs for every response. */
+static void output_what(char *what, size_t i, const char *name) {
+  char num[24];
+  int n = 0;
+  do {
+    num[sizeof num - 1 - n++] = (char)('0' + i % 10);
+    i /= 10;
+  } while (i);
+  char *w = what;
+  memcpy(w, "outputs[", 8);
+  w += 8;
+  memcpy(w, num + sizeof num - n, (size_t)n);
+  w += n;
+  memcpy(w, "] '", 3);
+  w += 3;
+  size_t len = strnlen(name, 64);
+  memcpy(w, name, len);
+  w += len;
+  *w++ = '\'';
+  *w = '\0';
+}
+
 tpu_oip_json_status_t tpu_oip_json_infer_response_format(const Inference__ModelInferResponse *resp,
                                                          char **out, char *err, size_t errlen) {
   if (!out) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no output pointer");
@@ -1233,6 +1761,14 @@ tpu_oip_json_status_t tpu_oip_json_infer_response_format(const Inference__ModelI
                 resp->n_raw_output_contents);
   sbuf_t b = {0};
   tpu_oip_json_status_t st;
+  { /* One allocation for the usual answer: about 16 bytes of text per raw data byte of 4. */
+    size_t guess = 256;
+    for (size_t i = 0; i < resp->n_raw_output_contents && guess < ((size_t)1 << 24); i++)
+      guess += resp->raw_output_contents[i].len * 4;
+    if (guess > ((size_t)1 << 24)) guess = (size_t)1 << 24;
+    b.p = malloc(guess);
+    if (b.p) b.cap = guess;
+  }
   sb_puts(&b, "{\"model_name\":");
   if ((st = sb_field_string(&e, &b, resp->model_name, "model_name")) != TPU_OIP_JSON_OK) goto fail;
   if (resp->model_version && *resp->model_version) {
@@ -1253,8 +1789,8 @@ tpu_oip_json_status_t tpu_oip_json_infer_response_format(const Inference__ModelI
   sb_puts(&b, ",\"outputs\":[");
   for (size_t i = 0; i < resp->n_outputs; i++) {
     const Inference__ModelInferResponse__InferOutputTensor *o = resp->outputs[i];
-    char what[128];
-    snprintf(what, sizeof what, "outputs[%zu] '%.64s'", i, o && o->name ? o->name : "");
+    char what[128]; /* "outputs[0] 'name'" for messages */
+    output_what(what, i, o && o->name ? o->name : "");
     if (!o) {
       st = fail(err, errlen, TPU_OIP_JSON_INVALID, "%s: missing", what);
       goto fail;
@@ -1267,12 +1803,12 @@ tpu_oip_json_status_t tpu_oip_json_infer_response_format(const Inference__ModelI
     }
     size_t count;
     if ((st = shape_count(&e, o->shape, o->n_shape, what, &count)) != TPU_OIP_JSON_OK) goto fail;
-    char s[128];
-    format_shape(s, sizeof s, o->shape, o->n_shape);
     if (i) sb_put(&b, ",", 1);
     sb_puts(&b, "{\"name\":");
     if ((st = sb_field_string(&e, &b, o->name, what)) != TPU_OIP_JSON_OK) goto fail;
-    sb_printf(&b, ",\"datatype\":\"%s\",\"shape\":", dt->name);
+    sb_puts(&b, ",\"datatype\":\"");
+    sb_puts(&b, dt->name);
+    sb_puts(&b, "\",\"shape\":");
     sb_shape(&b, o->shape, o->n_shape);
     if (o->n_parameters) {
       sb_puts(&b, ",\"parameters\":");
@@ -1283,6 +1819,8 @@ tpu_oip_json_status_t tpu_oip_json_infer_response_format(const Inference__ModelI
     if (resp->n_raw_output_contents) {
       const ProtobufCBinaryData *raw = &resp->raw_output_contents[i];
       if (dt->size && raw->len != count * dt->size) {
+        char s[128];
+        format_shape(s, sizeof s, o->shape, o->n_shape);
         st = fail(err, errlen, TPU_OIP_JSON_INVALID,
                   "%s: shape %s needs %zu bytes of %s data, got %zu", what, s, count * dt->size,
                   dt->name, raw->len);
@@ -1290,6 +1828,8 @@ tpu_oip_json_status_t tpu_oip_json_infer_response_format(const Inference__ModelI
       }
       st = format_raw_data(&e, &b, dt, raw->data, raw->len, count, what);
     } else {
+      char s[128];
+      format_shape(s, sizeof s, o->shape, o->n_shape);
       st = format_contents(&e, &b, dt, o->contents, count, what, s);
     }
     if (st != TPU_OIP_JSON_OK) goto fail;

@@ -81,7 +81,9 @@ tpu_oip_json_status_t tpu_oip_json_load(const char *text, size_t len,
  *   {"id": "..", "parameters": {..}, "inputs": [{"name", "shape", "datatype", "data",
  *    "parameters"}], "outputs": [{"name", "parameters"}]}
  * into a ModelInferRequest whose raw_input_contents hold each input's data. `model_name` and
- * `model_version` (either may be NULL: left empty) come from the URL, not the body. On error
+ * `model_version` (either may be NULL: left empty) come from the URL, not the body. Plain FP32
+ * bodies take a single-pass parser that builds the same message without a JSON tree; the rest
+ * (and every error) goes through jansson. On error
  * *out is NULL and `err` names the offending field and what was expected, for example
  * "inputs[0].data: expected 12 numbers for shape [3,4], got 11". Free the result with
  * inference__model_infer_request__free_unpacked(req, NULL).

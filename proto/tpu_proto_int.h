@@ -5,11 +5,22 @@
 #define TPU_PROTO_INT_H
 
 #include "tpu_frame.h"
+#include "tpu_oip_json.h"
 
 /* Fills *err (when not NULL) with status, request id and a printf-formatted message, and
  * returns status, so error paths read `return tpu__proto_error(err, ...)`. */
 tpu_proto_status_t tpu__proto_error(tpu_proto_error_t *err, tpu_proto_status_t status,
                                     uint64_t request_id, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/*
+ * The single-pass fast path of tpu_oip_json_infer_request_parse (tpu_oip_json.c): 1 with *out
+ * the request when `text` is a plain FP32 infer body it takes, 0 with *out NULL when it declines
+ * (anything unusual, every error), and the jansson path must run. Exposed for the tests that
+ * check both paths build identical messages.
+ */
+int tpu__oip_json_infer_fast(const char *text, size_t len, const char *model_name,
+                             const char *model_version, const tpu_oip_json_limits_t *limits,
+                             Inference__ModelInferRequest **out);
 
 #endif /* TPU_PROTO_INT_H */

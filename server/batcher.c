@@ -100,6 +100,8 @@ static void run_batch(tpu_batcher_t *b, size_t nsegs, size_t n) {
   tpu_log_debug("%s: batch %llu: %zu rows in bucket %zu, %llu us", b->name,
                 (unsigned long long)id, n, bucket, (unsigned long long)dt);
   if (rc != 0) tpu_log_warn("%s: batch %llu failed: %s", b->name, (unsigned long long)id, err);
+  /* The batch's completions reach each I/O thread as one append and at most one wake-up. */
+  tpu_queue_defer_begin();
   for (size_t i = 0; i < nsegs; i++) {
     segment_t *s = &b->segs[i];
     tpu_batch_req_t *r = s->req;
@@ -117,6 +119,7 @@ static void run_batch(tpu_batcher_t *b, size_t nsegs, size_t n) {
     /* A request that failed with rows still queued is completed when next taken (below). */
     if (r->computed == r->rows) finish(b, r);
   }
+  tpu_queue_defer_flush();
 }
 
 static void *batcher_main(void *arg) {
@@ -190,6 +193,7 @@ static void *batcher_main(void *arg) {
       if (n > 0) b->fill16 = b->fill16 + (seen * 16) / 4 - b->fill16 / 4;
     }
     pthread_mutex_unlock(&b->mu);
+    if (failed) tpu_queue_defer_begin();
     while (failed) {
       tpu_qnode_t *next = failed->next;
       tpu_batch_req_t *r = req_of(failed);
@@ -198,6 +202,7 @@ static void *batcher_main(void *arg) {
        * completed; so nothing references it any more. */
       finish(b, r);
       failed = next;
+      if (!failed) tpu_queue_defer_flush();
     }
     if (n > 0) run_batch(b, nsegs, n);
     pthread_mutex_lock(&b->mu);
@@ -301,10 +306,12 @@ int tpu_batcher_submit(tpu_batcher_t *b, tpu_batch_req_t *r, char *msg, size_t m
     b->head = &r->link;
   b->tail = &r->link;
   b->queued_rows += r->rows;
-  /* Wake the thread when it may be idle (queue was empty) or its batch just became full. */
-  if (was_empty || (b->queued_rows >= b->target && b->queued_rows - r->rows < b->target))
-    pthread_cond_signal(&b->cv);
+  /* Wake the thread when it may be idle (queue was empty) or its batch just became full. The
+   * signal goes after the unlock: signalled under the lock, the woken thread would run on the
+   * other core only to block on mu at once (a futex wait and a wake more per request). */
+  int wake = was_empty || (b->queued_rows >= b->target && b->queued_rows - r->rows < b->target);
   pthread_mutex_unlock(&b->mu);
+  if (wake) pthread_cond_signal(&b->cv);
   return TPU_CODE_OK;
 }
 

@@ -84,6 +84,24 @@ static const opt_t options[] = {
      "rotate the audit log at this size (SIGHUP also rotates); 0 = size never rotates"},
     {"audit-fail-open", OPT_BOOL, OFF(audit_fail_open), 0, 0, 1, "off", "switch",
      "keep serving when the audit log cannot be written, counting lost records"},
+    {"tls-cert", OPT_STR, OFF(tls_cert), SZ(tls_cert), 0, 0, "none (no TLS)", "file",
+     "PEM certificate chain: TLS on the native port (and HTTPS, see --http-tls)"},
+    {"tls-key", OPT_STR, OFF(tls_key), SZ(tls_key), 0, 0, "the --tls-cert file", "file",
+     "PEM private key of --tls-cert"},
+    {"tls-client-ca", OPT_STR, OFF(tls_client_ca), SZ(tls_client_ca), 0, 0, "none", "file",
+     "PEM CA bundle: require client certificates signed by it (mutual TLS, both ports)"},
+    {"tls-client-role", OPT_STR, OFF(tls_client_role), SZ(tls_client_role), 0, 0, "infer", "role",
+     "role of a client certificate whose CN has no `cert` line in --tokens: infer or admin"},
+    {"http-tls", OPT_BOOL, OFF(http_tls), 0, 0, 1, "on", "switch",
+     "with --tls-cert, serve HTTPS on --http-port (--http-tls=false: plain HTTP)"},
+    {"tls-handshake-timeout-s", OPT_UINT, OFF(tls_handshake_timeout_s), 0, 1, 3600, "10",
+     "seconds", "close a connection whose TLS handshake takes longer"},
+    {"tokens", OPT_STR, OFF(tokens), SZ(tokens), 0, 0, "none", "file",
+     "bearer tokens: lines \"token <sha256-hex> <role> <name>\" (and \"cert <CN> <role>\")"},
+    {"auth-open-health", OPT_BOOL, OFF(auth_open_health), 0, 0, 1, "on", "switch",
+     "health (live/ready) needs no credentials, for probes (--auth-open-health=false)"},
+    {"auth-open-metrics", OPT_BOOL, OFF(auth_open_metrics), 0, 0, 1, "off", "switch",
+     "GET /metrics needs no credentials (else role infer)"},
     {"log-level", OPT_LEVEL, OFF(log_level), 0, 0, 0, "info", "debug|info|warn|error",
      "least severe level written to stderr"},
 };
@@ -112,6 +130,10 @@ void tpu_config_defaults(tpu_config_t *cfg) {
   cfg->audit_fsync = TPU_AUDIT_FSYNC_INTERVAL;
   cfg->audit_fsync_interval_ms = 100;
   cfg->log_level = TPU_LOG_INFO;
+  snprintf(cfg->tls_client_role, sizeof cfg->tls_client_role, "infer");
+  cfg->http_tls = 1;
+  cfg->tls_handshake_timeout_s = 10;
+  cfg->auth_open_health = 1;
 }
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
@@ -365,7 +387,9 @@ void tpu_config_usage(FILE *out) {
     const opt_t *o = &options[i];
     char left[64];
     snprintf(left, sizeof left, "--%s %s", o->name,
-             o->type == OPT_STR     ? (strcmp(o->unit, "file") == 0 ? "FILE" : "DIR")
+             o->type == OPT_STR     ? (strcmp(o->unit, "file") == 0   ? "FILE"
+                                       : strcmp(o->unit, "role") == 0 ? "ROLE"
+                                                                      : "DIR")
              : o->type == OPT_LEVEL ? "LEVEL"
              : o->type == OPT_FSYNC ? "POLICY"
              : o->type == OPT_BOOL  ? ""
@@ -374,7 +398,9 @@ void tpu_config_usage(FILE *out) {
     fprintf(out, "  %-29s %s\n  %-29s (default %s; unit: %s)\n", left, o->help, "", o->dflt,
             o->unit);
   }
-  fprintf(out, "\nNot in this build: TLS (--tls-*) comes with its own issue.\n");
+  fprintf(out, "\nWithout --tokens or --tls-client-ca every client may do everything: keep\n"
+               "--listen on loopback then (tpud warns otherwise). SIGHUP reloads certificates\n"
+               "and tokens; a reload that fails keeps the old ones.\n");
 }
 
 struct json_t *tpu_config_to_json(const tpu_config_t *cfg) {

@@ -44,6 +44,16 @@ typedef struct {
   unsigned audit_fsync_interval_ms; /* milliseconds between fdatasyncs with `interval` */
   uint64_t audit_max_bytes;    /* bytes: rotate a file at this size; 0 = only on SIGHUP */
   int audit_fail_open;         /* 1: serve on (counting lost records) when it cannot write */
+  /* TLS and access control (tls.h, auth.h); "" = off. */
+  char tls_cert[4096];         /* PEM certificate chain: TLS on the native port */
+  char tls_key[4096];          /* PEM private key; "" = in tls_cert */
+  char tls_client_ca[4096];    /* PEM CA bundle: require and verify client certificates */
+  char tls_client_role[16];    /* role of a client certificate without a `cert` line */
+  int http_tls;                /* 1: HTTPS on the HTTP port too when tls_cert is set */
+  unsigned tls_handshake_timeout_s; /* seconds a TLS handshake may take */
+  char tokens[4096];           /* tokens file: bearer token digests → name, role */
+  int auth_open_health;        /* 1: health endpoints need no credentials */
+  int auth_open_metrics;       /* 1: /metrics needs no credentials */
   tpu_log_level_t log_level;
 } tpu_config_t;
 

@@ -9,6 +9,11 @@
  * response. Models come from the repository's reference-counted table (repository.h): a lookup
  * takes a reference, released when the answer is sent (or, for an infer call, when the call is
  * freed). ModelLoad/ModelUnload are queued to the repository thread and come back like compute.
+ *
+ * Access control comes first: tpu__handle_request decides each request (auth.h: the bearer token
+ * in the envelope's "authorization" metadata, else the connection's client certificate) before
+ * anything else, and sets conn->who, the identity every audit record of the request carries.
+ * UNAUTHENTICATED and PERMISSION_DENIED answers of audited methods are audited too.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -278,7 +283,11 @@ int tpu__infer_submit(tpu__io_t *io, const char *client, Inference__ModelInferRe
   call->infer = q;
   call->out = outbuf;
   call->rows = res.rows;
-  snprintf(call->client, sizeof call->client, "%s", client ? client : "");
+  if (client) { /* a bounded copy; snprintf costs a printf per request */
+    size_t cl = strnlen(client, sizeof call->client - 1);
+    memcpy(call->client, client, cl);
+    call->client[cl] = '\0';
+  }
   if (res.rows == 0) { /* nothing to compute: an empty batch has an empty answer */
     tpu__audit_reject(srv, client, q->id, m->name, m->version_str, TPU_CODE_OK, "0 rows");
     *out = call;
@@ -317,7 +326,7 @@ static void do_infer(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t rec
   char msg[512];
   tpu__call_t *call;
   tpu__model_t *m;
-  int code = tpu__infer_submit(conn->io, conn->peer, q, received_us, env->timeout_us, &call, &m,
+  int code = tpu__infer_submit(conn->io, conn->who, q, received_us, env->timeout_us, &call, &m,
                                msg, sizeof msg);
   if (code != TPU_CODE_OK) {
     reply_error(conn, env->id, code, msg, m);
@@ -339,7 +348,7 @@ static void do_infer(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t rec
 /* Answers a ModelLoad/ModelUnload refused on the I/O thread, and records it. */
 static void load_unload_error(tpu__conn_t *conn, Tpud__RequestEnvelope *env, const char *name,
                               const char *version, int code, const char *msg) {
-  tpu__audit_reject(conn->io->srv, conn->peer, NULL, name, version, code, msg);
+  tpu__audit_reject(conn->io->srv, conn->who, NULL, name, version, code, msg);
   reply_error(conn, env->id, code, msg, NULL);
 }
 
@@ -383,7 +392,7 @@ static void do_model_load_unload(tpu__conn_t *conn, Tpud__RequestEnvelope *env,
   call->io = conn->io;
   call->conn = conn;
   call->op = op;
-  snprintf(call->client, sizeof call->client, "%s", conn->peer);
+  snprintf(call->client, sizeof call->client, "%s", conn->who);
   if (tpu__repo_submit(srv->repo, call) != 0) {
     tpu__call_free(call);
     load_unload_error(conn, env, name, version, TPU_CODE_UNAVAILABLE, "server is shutting down");
@@ -436,13 +445,13 @@ static void do_matmul(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t re
     }
   }
   if (code != TPU_CODE_OK) {
-    tpu__audit_reject(srv, conn->peer, NULL, NULL, NULL, code, msg);
+    tpu__audit_reject(srv, conn->who, NULL, NULL, NULL, code, msg);
     reply_error(conn, env->id, code, msg, NULL);
     protobuf_c_message_free_unpacked(&q->base, NULL);
     return;
   }
   call->id = env->id;
-  snprintf(call->client, sizeof call->client, "%s", conn->peer);
+  snprintf(call->client, sizeof call->client, "%s", conn->who);
   call->method = TPUD__METHOD__MATMUL;
   call->received_us = received_us;
   call->deadline_us = env->timeout_us ? received_us + env->timeout_us : 0;
@@ -455,7 +464,7 @@ static void do_matmul(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t re
   call->io = conn->io;
   if (tpu__mmpool_submit(srv->pool, call) != 0) {
     tpu__call_free(call);
-    tpu__audit_reject(srv, conn->peer, NULL, NULL, NULL, TPU_CODE_UNAVAILABLE,
+    tpu__audit_reject(srv, conn->who, NULL, NULL, NULL, TPU_CODE_UNAVAILABLE,
                       "server is shutting down");
     reply_error(conn, env->id, TPU_CODE_UNAVAILABLE, "server is shutting down", NULL);
     return;
@@ -513,6 +522,15 @@ void tpu__handle_request(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t
                 env->method == TPUD__METHOD__MODEL_LOAD ||
                 env->method == TPUD__METHOD__MODEL_UNLOAD;
   int code = TPU_CODE_OK;
+  {
+    const char *authz = tpu_envelope_request_metadata(env, "authorization");
+    tpu_auth_peer_t peer = {.peer = conn->peer, .cert_cn = conn->cert_cn[0] ? conn->cert_cn : NULL,
+                            .cert_subject = conn->cert_subject};
+    code = tpu__auth_check(srv, &peer, authz, authz ? strlen(authz) : 0,
+                           tpu_auth_method_need(env->method, srv->cfg.auth_open_health),
+                           conn->who, sizeof conn->who, msg, sizeof msg);
+    if (code != TPU_CODE_OK) goto refuse;
+  }
   for (tpu__call_t *c = conn->calls; c; c = c->next) {
     if (c->id == id) {
       snprintf(msg, sizeof msg, "request id %llu is already in flight on this connection",
@@ -586,7 +604,7 @@ void tpu__handle_request(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t
   if (payload) protobuf_c_message_free_unpacked(payload, NULL);
   goto out;
 refuse:
-  if (audited) tpu__audit_reject(srv, conn->peer, NULL, NULL, NULL, code, msg);
+  if (audited) tpu__audit_reject(srv, conn->who, NULL, NULL, NULL, code, msg);
   reply_error(conn, id, code, msg, NULL);
 out:
   tpu_envelope_request_free(env);

@@ -35,6 +35,18 @@
  * The completion comes back to this I/O thread (io.c → tpu__http_done), where the response is
  * formatted with tpu_oip_json_infer_response_format. Compute never runs here.
  *
+ * TLS (--http-tls with --tls-cert): the same fd carries an SSL (tls.h) in accept state. The
+ * handshake is driven from the read and write events without blocking (SSL_do_handshake until it
+ * stops wanting bytes); the sweep closes connections whose handshake outlasts
+ * --tls-handshake-timeout-s. Reads loop until OpenSSL holds no decrypted bytes (a record read
+ * whole leaves nothing the fd's readiness would announce); writes go through SSL_write in chunks
+ * of at most a record, retried with the same length after WANT_WRITE.
+ *
+ * Access control (auth.h): each request is decided in route() before it is served, from its
+ * Authorization header and the connection's client certificate: 401 with WWW-Authenticate:
+ * Bearer, or 403. Health is open with --auth-open-health (default), /metrics with
+ * --auth-open-metrics, /v2/debug/... needs admin, everything else infer.
+ *
  * Connections count in the open gauge from accept, where max-connections is enforced: over the
  * limit the client gets a canned 503 and the socket is closed. Errors are {"error": "..."} with
  * 400 bad input, 404 unknown model or path, 405 wrong method, 411/413/431/505 framing, 503 not
@@ -47,7 +59,9 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h> /* evhttp_uridecode only */
+#include <openssl/err.h>
 #include <jansson.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -103,6 +117,15 @@ struct hconn {
   hconn_t *prev, *next;  /* the thread's connections */
   hconn_t *dnext;        /* the flush list */
   char peer[64];         /* "address:port" of the client */
+  /* TLS (NULL ssl: plaintext). */
+  SSL *ssl;
+  int handshaking;       /* the handshake has not finished */
+  int ssl_dead;          /* a fatal TLS error: no close_notify */
+  int read_wants_write;  /* SSL_read asked for writability */
+  size_t ssl_wlen;       /* length of an SSL_write to retry after WANT_WRITE; 0 = none */
+  char cert_cn[TPU_AUTH_MAX_NAME + 1];  /* verified client certificate's CN, "" = none */
+  char cert_subject[160];
+  char who[TPU_AUTH_IDENTITY_MAX]; /* the current request's identity (auth.h) */
 };
 
 /* Per I/O thread. */
@@ -118,6 +141,7 @@ struct tpu__http_io {
   hslot_t *free_slots;
   tpu_http_limits_t lim;
   uint64_t timeout_us;
+  uint64_t handshake_timeout_us; /* TLS */
 };
 
 #define HTTP_IBUF_MIN 16384
@@ -204,6 +228,11 @@ static void conn_close(hconn_t *c, const char *why) {
   c->closed = 1;
   event_del(c->rev);
   event_del(c->wev);
+  if (c->ssl) {
+    if (!c->handshaking && !c->ssl_dead) SSL_shutdown(c->ssl); /* best effort close_notify */
+    SSL_free(c->ssl);
+    c->ssl = NULL;
+  }
   close(c->fd);
   c->fd = -1;
   tpu_stats_dec(&tpu_stats.http_connections_open);
@@ -265,6 +294,8 @@ static const char *reason_of(int status) {
   switch (status) {
   case 200: return "OK";
   case 400: return "Bad Request";
+  case 401: return "Unauthorized";
+  case 403: return "Forbidden";
   case 404: return "Not Found";
   case 405: return "Method Not Allowed";
   case 408: return "Request Timeout";
@@ -308,7 +339,7 @@ static void reply(hslot_t *s, int status, const char *ctype, const char *body, s
   hconn_t *c = s->conn;
   count_reply(status, t0);
   if (status >= 400 && status != 404 && status != 405 && status != 503 && status != 504 &&
-      status != 501 && status != 400)
+      status != 501 && status != 400 && status != 401 && status != 403)
     s->close = 1; /* framing errors: the stream cannot be trusted */
   char hdr[512];
   char *p = hdr;
@@ -707,7 +738,7 @@ static void do_infer(tpu__io_t *io, hslot_t *req, const char *name, const char *
                      const char *body, size_t len, uint64_t t0) {
   tpu_server_t *srv = io->srv;
   if (!tpu__audit_admit(srv)) { /* fail-closed: the audit log cannot be written */
-    tpu__audit_reject(srv, req->conn->peer, NULL, name, version, TPU_CODE_UNAVAILABLE,
+    tpu__audit_reject(srv, req->conn->who, NULL, name, version, TPU_CODE_UNAVAILABLE,
                       TPU__AUDIT_UNAVAILABLE);
     send_infer_error(req, NULL, TPU_CODE_UNAVAILABLE, TPU__AUDIT_UNAVAILABLE, t0);
     return;
@@ -722,7 +753,7 @@ static void do_infer(tpu__io_t *io, hslot_t *req, const char *name, const char *
   if (jst != TPU_OIP_JSON_OK) {
     char msg[640];
     snprintf(msg, sizeof msg, "%s: %s", tpu_oip_json_strerror(jst), err);
-    tpu__audit_reject(srv, req->conn->peer, NULL, name, version,
+    tpu__audit_reject(srv, req->conn->who, NULL, name, version,
                       jst == TPU_OIP_JSON_NOMEM ? TPU_CODE_RESOURCE_EXHAUSTED
                                                 : TPU_CODE_INVALID_ARGUMENT, msg);
     tpu__model_t *m = tpu__server_find_model(srv, name, version, err, sizeof err);
@@ -740,7 +771,7 @@ static void do_infer(tpu__io_t *io, hslot_t *req, const char *name, const char *
   }
   tpu__call_t *call;
   tpu__model_t *m;
-  int code = tpu__infer_submit(io, req->conn->peer, q, t0, 0, &call, &m, err, sizeof err);
+  int code = tpu__infer_submit(io, req->conn->who, q, t0, 0, &call, &m, err, sizeof err);
   if (code != TPU_CODE_OK) {
     send_infer_error(req, m, code, err, t0);
     tpu__model_release(m);
@@ -816,6 +847,38 @@ static void route(tpu__io_t *io, hslot_t *req, const tpu_http_request_t *hr, con
   if (hr->method == TPU_HTTP_OTHER) {
     send_error(req, 501, "method not implemented; use GET, HEAD or POST", t0);
     return;
+  }
+  {
+    /* Access control: what the path needs, then who asks (auth.h). */
+    tpu_need_t need = TPU_NEED_INFER;
+    int infer_path = n >= 4 && strcmp(seg[n - 1], "infer") == 0;
+    if (n == 1 && strcmp(seg[0], "metrics") == 0)
+      need = srv->cfg.auth_open_metrics ? TPU_NEED_OPEN : TPU_NEED_INFER;
+    else if (n == 3 && strcmp(seg[0], "v2") == 0 && strcmp(seg[1], "health") == 0)
+      need = srv->cfg.auth_open_health ? TPU_NEED_OPEN : TPU_NEED_INFER;
+    else if (n >= 2 && strcmp(seg[0], "v2") == 0 && strcmp(seg[1], "debug") == 0)
+      need = TPU_NEED_ADMIN;
+    hconn_t *c = req->conn;
+    tpu_auth_peer_t peer = {.peer = c->peer, .cert_cn = c->cert_cn[0] ? c->cert_cn : NULL,
+                            .cert_subject = c->cert_subject};
+    char amsg[256];
+    int acode = tpu__auth_check(srv, &peer, hr->authorization, hr->authorization_len, need,
+                                c->who, sizeof c->who, amsg, sizeof amsg);
+    if (acode != TPU_CODE_OK) {
+      if (infer_path) {
+        tpu__audit_reject(srv, c->who, NULL, seg[2], n >= 6 ? seg[4] : NULL, acode, amsg);
+        tpu__count(NULL, acode);
+      }
+      if (acode == TPU_CODE_UNAUTHENTICATED)
+        reply_error_hdr(req, 401, amsg,
+                        hr->authorization
+                            ? "WWW-Authenticate: Bearer realm=\"tpud\", error=\"invalid_token\"\r\n"
+                            : "WWW-Authenticate: Bearer realm=\"tpud\"\r\n",
+                        t0);
+      else
+        send_error(req, 403, amsg, t0);
+      return;
+    }
   }
 
   if (n >= 1 && strcmp(seg[0], "metrics") == 0 && n == 1) {
@@ -1037,12 +1100,112 @@ static void conn_process(hconn_t *c) {
   if (c->ioff == c->ilen) c->ioff = c->ilen = 0;
 }
 
+/* ---- TLS ---- */
+
+static void arm_write(hconn_t *c) {
+  if (!c->wev_on) {
+    event_add(c->wev, NULL);
+    c->wev_on = 1;
+  }
+}
+
+/* Drives the handshake. Returns 1 when it is done, 0 while it waits for the socket, -1 when it
+ * failed (the connection is closed). */
+static int tls_handshake(hconn_t *c) {
+  ERR_clear_error();
+  int r = SSL_do_handshake(c->ssl);
+  if (r == 1) {
+    c->handshaking = 0;
+    tpu_tls_peer_identity(c->ssl, c->cert_cn, sizeof c->cert_cn, c->cert_subject,
+                          sizeof c->cert_subject);
+    c->last_us = tpu_now_us();
+    tpu_log_debug("http connection from %s: %s%s%s", c->peer, SSL_get_version(c->ssl),
+                  c->cert_subject[0] ? ", " : "", c->cert_subject);
+    return 1;
+  }
+  int e = SSL_get_error(c->ssl, r);
+  if (e == SSL_ERROR_WANT_READ) return 0;
+  if (e == SSL_ERROR_WANT_WRITE) {
+    arm_write(c);
+    return 0;
+  }
+  char why[256];
+  tpu_tls_last_error(why, sizeof why);
+  tpu_log_debug("http connection from %s: TLS handshake failed: %s", c->peer, why);
+  c->ssl_dead = 1;
+  conn_close(c, "TLS handshake failed");
+  return -1;
+}
+
+/* read(2) or SSL_read: > 0 bytes, 0 end of stream, -1 with errno (EAGAIN: try later). */
+static ssize_t conn_recv(hconn_t *c, char *buf, size_t cap) {
+  if (!c->ssl) return read(c->fd, buf, cap);
+  ERR_clear_error();
+  int n = SSL_read(c->ssl, buf, cap > INT_MAX ? INT_MAX : (int)cap);
+  if (n > 0) return n;
+  switch (SSL_get_error(c->ssl, n)) {
+  case SSL_ERROR_WANT_READ:
+    errno = EAGAIN;
+    return -1;
+  case SSL_ERROR_WANT_WRITE:
+    c->read_wants_write = 1;
+    arm_write(c);
+    errno = EAGAIN;
+    return -1;
+  case SSL_ERROR_ZERO_RETURN:
+    return 0;
+  case SSL_ERROR_SYSCALL:
+    c->ssl_dead = 1;
+    if (errno == 0) return 0;
+    return -1;
+  default:
+    c->ssl_dead = 1;
+    errno = EPROTO;
+    return -1;
+  }
+}
+
+/* evbuffer_write or SSL_write of the output: bytes written, or -1 with errno. */
+static int conn_write_out(hconn_t *c) {
+  if (!c->ssl) return evbuffer_write(c->out, c->fd);
+  int total = 0;
+  while (evbuffer_get_length(c->out)) {
+    size_t len = evbuffer_get_length(c->out);
+    if (len > 16384) len = 16384; /* one TLS record */
+    if (c->ssl_wlen) len = c->ssl_wlen; /* a retry must offer the same bytes */
+    unsigned char *p = evbuffer_pullup(c->out, (ev_ssize_t)len);
+    if (!p) {
+      errno = ENOMEM;
+      return -1;
+    }
+    ERR_clear_error();
+    int n = SSL_write(c->ssl, p, (int)len);
+    if (n > 0) {
+      c->ssl_wlen = 0;
+      evbuffer_drain(c->out, (size_t)n);
+      total += n;
+      continue;
+    }
+    int e = SSL_get_error(c->ssl, n);
+    if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+      c->ssl_wlen = len;
+      if (total) return total;
+      errno = EAGAIN;
+      return -1;
+    }
+    c->ssl_dead = 1;
+    if (e != SSL_ERROR_SYSCALL || errno == 0) errno = EPIPE;
+    return total ? total : -1;
+  }
+  return total;
+}
+
 /* Writes what is ready (one writev); arms the write event while bytes remain. */
 static void conn_flush(hconn_t *c) {
   if (c->closed) return;
   size_t left = evbuffer_get_length(c->out);
   if (left) {
-    int n = evbuffer_write(c->out, c->fd);
+    int n = conn_write_out(c);
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       conn_abort(c, strerror(errno));
       return;
@@ -1067,6 +1230,7 @@ static void conn_flush(hconn_t *c) {
   }
   if (c->close_after && c->nslots == 0 && !c->lingering) {
     /* Lingering close: the client sees our answer, not a reset, even with input in flight. */
+    if (c->ssl && !c->ssl_dead) SSL_shutdown(c->ssl); /* close_notify before the FIN */
     shutdown(c->fd, SHUT_WR);
     c->lingering = 1;
     c->linger_until = tpu_now_us() + HTTP_LINGER_US;
@@ -1087,6 +1251,8 @@ static void conn_flush(hconn_t *c) {
 
 static void on_read(evutil_socket_t fd, short what, void *arg) {
   hconn_t *c = arg;
+  if (c->ssl && c->handshaking && tls_handshake(c) != 1) return;
+  c->read_wants_write = 0;
   if (c->lingering || c->no_more) {
     char drop[16384];
     ssize_t n = read(fd, drop, sizeof drop);
@@ -1105,7 +1271,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
     conn_abort(c, "out of memory");
     return;
   }
-  ssize_t n = read(fd, c->ibuf + c->ilen, c->icap - c->ilen);
+  ssize_t n = conn_recv(c, c->ibuf + c->ilen, c->icap - c->ilen);
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
     conn_abort(c, strerror(errno));
@@ -1127,12 +1293,33 @@ static void on_read(evutil_socket_t fd, short what, void *arg) {
     return;
   }
   c->ilen += (size_t)n;
+  /* TLS: take every decrypted byte now; the fd will not announce the ones OpenSSL holds. */
+  while (c->ssl && SSL_pending(c->ssl) > 0) {
+    if (ibuf_reserve(c, c->ilen - c->ioff + (size_t)SSL_pending(c->ssl)) != 0) {
+      conn_abort(c, "out of memory");
+      return;
+    }
+    ssize_t m = conn_recv(c, c->ibuf + c->ilen, c->icap - c->ilen);
+    if (m <= 0) break;
+    c->ilen += (size_t)m;
+  }
   c->last_us = tpu_now_us();
   conn_process(c);
   conn_flush(c);
 }
 
-static void on_write(evutil_socket_t fd, short what, void *arg) { conn_flush(arg); }
+static void on_write(evutil_socket_t fd, short what, void *arg) {
+  hconn_t *c = arg;
+  if (c->ssl && (c->handshaking || c->read_wants_write)) {
+    if (!evbuffer_get_length(c->out) && c->wev_on) {
+      event_del(c->wev);
+      c->wev_on = 0;
+    }
+    on_read(fd, EV_READ, c);
+    return;
+  }
+  conn_flush(c);
+}
 
 static void conn_open(struct tpu__http_io *h, int fd, const struct sockaddr_storage *ss) {
   hconn_t *c = calloc(1, sizeof *c);
@@ -1146,6 +1333,12 @@ static void conn_open(struct tpu__http_io *h, int fd, const struct sockaddr_stor
       event_add(c->rev, NULL) != 0)
     goto fail;
   c->last_us = tpu_now_us();
+  if (h->io->srv->http_tls) {
+    c->ssl = tpu_tls_new_ssl(h->io->srv->tls, TPU_TLS_HTTP);
+    if (!c->ssl || SSL_set_fd(c->ssl, fd) != 1) goto fail;
+    SSL_set_accept_state(c->ssl);
+    c->handshaking = 1;
+  }
   char ip[INET6_ADDRSTRLEN] = "?";
   unsigned port = 0;
   if (ss->ss_family == AF_INET) {
@@ -1167,6 +1360,7 @@ static void conn_open(struct tpu__http_io *h, int fd, const struct sockaddr_stor
 fail:
   tpu_log_warn("http connection dropped: out of memory");
   if (c) {
+    if (c->ssl) SSL_free(c->ssl);
     if (c->rev) event_free(c->rev);
     if (c->wev) event_free(c->wev);
     if (c->out) evbuffer_free(c->out);
@@ -1202,8 +1396,10 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg) {
           "Content-Length: 39\r\nConnection: close\r\n\r\n"
           "{\"error\":\"server is shutting down\"}\n\n\n";
       const char *msg = open >= srv->cfg.max_connections ? busy : stop;
-      ssize_t w = write(fd, msg, strlen(msg)); /* best effort */
-      (void)w;
+      if (!srv->http_tls) { /* best effort; a TLS client would read it as garbage */
+        ssize_t w = write(fd, msg, strlen(msg));
+        (void)w;
+      }
       tpu_stats_inc(&tpu_stats.http_connections_rejected, 1);
       close(fd);
       continue;
@@ -1223,6 +1419,10 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg) {
     next = c->next;
     if (c->lingering) {
       if (now >= c->linger_until) conn_close(c, "lingering close done");
+      continue;
+    }
+    if (c->handshaking) {
+      if (now - c->last_us >= h->handshake_timeout_us) conn_close(c, "TLS handshake timeout");
       continue;
     }
     if (now - c->last_us < h->timeout_us) continue;
@@ -1303,6 +1503,7 @@ int tpu__http_io_start(tpu__io_t *io) {
   h->lim.max_body_bytes = srv->cfg.http_max_body_bytes;
   h->timeout_us = (uint64_t)srv->cfg.http_timeout_s * 1000000u;
   if (!h->timeout_us) h->timeout_us = UINT64_MAX / 2;
+  h->handshake_timeout_us = (uint64_t)srv->cfg.tls_handshake_timeout_s * 1000000u;
   h->lfd = fcntl(srv->http_fd, F_DUPFD_CLOEXEC, 0);
   if (h->lfd < 0) return -1;
   h->accept_ev = event_new(io->base, h->lfd, EV_READ | EV_PERSIST, on_accept, h);

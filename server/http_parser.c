@@ -164,6 +164,12 @@ tpu_http_parse_result_t tpu_http_parse_request(const char *buf, size_t len,
     case 17:
       if (ieq(n, nlen, "transfer-encoding")) has_te = 1;
       break;
+    case 13:
+      if (ieq(n, nlen, "authorization") && !r->authorization) {
+        r->authorization = v;
+        r->authorization_len = vlen;
+      }
+      break;
     case 10:
       if (ieq(n, nlen, "connection")) {
         if (list_has(v, vlen, "close")) conn_close = 1;

@@ -55,6 +55,8 @@ typedef struct {
   uint64_t content_length; /* body bytes (0 when absent) */
   int keep_alive;          /* 1: the connection may serve another request after this one */
   int expect_continue;     /* 1: "Expect: 100-continue" */
+  const char *authorization; /* the Authorization header's value (the first one), or NULL */
+  size_t authorization_len;
   /* On TPU_HTTP_PARSE_ERROR: */
   int status;              /* 400, 411, 413, 417, 431, 505 */
   const char *error;       /* a static message saying what was wrong */

@@ -18,12 +18,21 @@
  * cancel flag of each call in flight and lingers until their completions return; the last one
  * frees it. No lock here: every field is touched by the owning thread only, except the queue
  * (its own mutex) and call->cancel (atomic).
+ *
+ * TLS (--tls-cert): the socket is wrapped in a bufferevent_openssl in accepting state, which runs
+ * the handshake on this thread's loop without blocking it. Until BEV_EVENT_CONNECTED the read
+ * timeout is --tls-handshake-timeout-s (a silent or slow peer costs one slot for that long, and
+ * max-connections bounds the slots); then the idle timeout takes over and the verified client
+ * certificate's subject becomes the connection's identity. A failed handshake (plaintext, bad or
+ * missing client certificate) is one debug line and a closed socket.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
+#include <openssl/err.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -175,7 +184,8 @@ static void fatal_frame(tpu__conn_t *conn, int code, const char *msg) {
   tpu_stats_inc(&tpu_stats.requests[code], 1);
   tpu_log_warn("connection %llu from %s: %s; closing", (unsigned long long)conn->serial,
                conn->peer, msg);
-  tpu__audit_reject(conn->io->srv, conn->peer, NULL, NULL, NULL, code, msg);
+  tpu__audit_reject(conn->io->srv, conn->who[0] ? conn->who : conn->peer, NULL, NULL, NULL,
+                    code, msg);
   tpu__conn_send_error(conn, 0, code, msg);
   if (conn->closed) return;
   conn->close_after_write = 1;
@@ -213,7 +223,8 @@ static void conn_process(tpu__conn_t *conn) {
       if (perr.request_id != 0 && !tpu_proto_status_fatal(st)) {
         /* The id was readable (e.g. unknown method): answer that request, keep going. */
         tpu_stats_inc(&tpu_stats.requests[code], 1);
-        tpu__audit_reject(srv, conn->peer, NULL, NULL, NULL, code, perr.msg);
+        tpu__audit_reject(srv, conn->who[0] ? conn->who : conn->peer, NULL, NULL, NULL, code,
+                          perr.msg);
         tpu__conn_send_error(conn, perr.request_id, code, perr.msg);
       } else {
         fatal_frame(conn, code, perr.msg);
@@ -243,8 +254,31 @@ static void on_write(struct bufferevent *bev, void *arg) {
   maybe_resume(conn);
 }
 
+/* The handshake finished: identity, then the idle timeout instead of the handshake's. */
+static void tls_connected(tpu__conn_t *conn) {
+  conn->handshaking = 0;
+  SSL *ssl = bufferevent_openssl_get_ssl(conn->bev);
+  if (ssl) tpu_tls_peer_identity(ssl, conn->cert_cn, sizeof conn->cert_cn, conn->cert_subject,
+                                 sizeof conn->cert_subject);
+  const tpu_config_t *cfg = &conn->io->srv->cfg;
+  struct timeval tv = {.tv_sec = cfg->idle_timeout_s};
+  bufferevent_set_timeouts(conn->bev, cfg->idle_timeout_s ? &tv : NULL, NULL);
+  tpu_log_debug("connection %llu from %s: %s%s%s", (unsigned long long)conn->serial, conn->peer,
+                ssl ? SSL_get_version(ssl) : "TLS", conn->cert_subject[0] ? ", " : "",
+                conn->cert_subject);
+}
+
 static void on_event(struct bufferevent *bev, short what, void *arg) {
   tpu__conn_t *conn = arg;
+  if (what & BEV_EVENT_CONNECTED) {
+    tls_connected(conn);
+    return;
+  }
+  if ((what & BEV_EVENT_TIMEOUT) && conn->handshaking) {
+    tpu_stats_inc(&tpu_stats.bad_frames, 1);
+    conn_close(conn, "TLS handshake timeout");
+    return;
+  }
   if (what & BEV_EVENT_TIMEOUT) {
     if (conn->ncalls > 0 || evbuffer_get_length(bufferevent_get_output(bev)) > 0) {
       /* Not idle: the client waits for us. Re-arm (libevent disabled reading). */
@@ -265,6 +299,17 @@ static void on_event(struct bufferevent *bev, short what, void *arg) {
     return;
   }
   if (what & BEV_EVENT_ERROR) {
+    unsigned long e = bufferevent_get_openssl_error(bev);
+    if (e) {
+      char why[256];
+      ERR_error_string_n(e, why, sizeof why);
+      while (bufferevent_get_openssl_error(bev)) {
+      }
+      conn_close(conn, conn->handshaking ? "TLS handshake failed" : "TLS error");
+      tpu_log_debug("connection %llu from %s: %s", (unsigned long long)conn->serial, conn->peer,
+                    why);
+      return;
+    }
     conn_close(conn, strerror(EVUTIL_SOCKET_ERROR()));
     return;
   }
@@ -274,7 +319,19 @@ static void conn_open(tpu__io_t *io, const tpu__conn_msg_t *m) {
   tpu__conn_t *conn = calloc(1, sizeof *conn);
   struct bufferevent *bev = NULL;
   if (!conn) goto fail;
-  bev = bufferevent_socket_new(io->base, m->fd, BEV_OPT_CLOSE_ON_FREE);
+  if (io->srv->tls) {
+    SSL *ssl = tpu_tls_new_ssl(io->srv->tls, TPU_TLS_NATIVE);
+    if (!ssl) goto fail;
+    /* Owns ssl from here, also on failure (BEV_OPT_CLOSE_ON_FREE frees it with the bev). */
+    bev = bufferevent_openssl_socket_new(io->base, m->fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                         BEV_OPT_CLOSE_ON_FREE);
+    if (!bev) goto fail; /* (libevent may have freed ssl: leak it rather than free it twice) */
+    /* A client that closes without close_notify has still sent complete frames. */
+    bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+    conn->handshaking = 1;
+  } else {
+    bev = bufferevent_socket_new(io->base, m->fd, BEV_OPT_CLOSE_ON_FREE);
+  }
   if (!bev) goto fail;
   conn->io = io;
   conn->bev = bev;
@@ -284,7 +341,10 @@ static void conn_open(tpu__io_t *io, const tpu__conn_msg_t *m) {
   bufferevent_setcb(bev, on_read, on_write, on_event, conn);
   /* on_write fires when output falls to half the unsent limit: the resume point. */
   bufferevent_setwatermark(bev, EV_WRITE, cfg->max_unsent_bytes / 2, 0);
-  if (cfg->idle_timeout_s) {
+  if (conn->handshaking) {
+    struct timeval tv = {.tv_sec = cfg->tls_handshake_timeout_s};
+    bufferevent_set_timeouts(bev, &tv, &tv);
+  } else if (cfg->idle_timeout_s) {
     struct timeval tv = {.tv_sec = cfg->idle_timeout_s};
     bufferevent_set_timeouts(bev, &tv, NULL);
   }

@@ -27,21 +27,66 @@ void tpu_queue_destroy(tpu_queue_t *q) {
   pthread_mutex_destroy(&q->mu);
 }
 
-void tpu_queue_push(tpu_queue_t *q, tpu_qnode_t *node) {
-  node->next = NULL;
+/* Appends the list first..last; wakes the consumer when the queue was empty. */
+static void push_list(tpu_queue_t *q, tpu_qnode_t *first, tpu_qnode_t *last) {
+  last->next = NULL;
   pthread_mutex_lock(&q->mu);
   int was_empty = q->head == NULL;
   if (q->tail)
-    q->tail->next = node;
+    q->tail->next = first;
   else
-    q->head = node;
-  q->tail = node;
+    q->head = first;
+  q->tail = last;
   pthread_mutex_unlock(&q->mu);
   if (was_empty) {
     uint64_t one = 1;
     ssize_t w = write(q->efd, &one, sizeof one);
     (void)w; /* EAGAIN means the counter is already non-zero: the consumer will wake anyway */
   }
+}
+
+/* This thread's deferred pushes: a few queues (one per I/O thread a batch answers to). */
+#define DEFER_QUEUES 16
+static __thread struct {
+  int on;
+  size_t n;
+  struct {
+    tpu_queue_t *q;
+    tpu_qnode_t *head, *tail;
+  } slot[DEFER_QUEUES];
+} defer;
+
+void tpu_queue_push(tpu_queue_t *q, tpu_qnode_t *node) {
+  if (defer.on) {
+    size_t i = 0;
+    while (i < defer.n && defer.slot[i].q != q) i++;
+    if (i < DEFER_QUEUES) {
+      node->next = NULL;
+      if (i == defer.n) {
+        defer.n++;
+        defer.slot[i].q = q;
+        defer.slot[i].head = node;
+      } else {
+        defer.slot[i].tail->next = node;
+      }
+      defer.slot[i].tail = node;
+      return;
+    }
+    /* More queues than slots: this one goes at once (order per queue is still kept, since a
+     * queue without a slot never had a deferred message). */
+  }
+  push_list(q, node, node);
+}
+
+void tpu_queue_defer_begin(void) {
+  defer.on = 1;
+  defer.n = 0;
+}
+
+void tpu_queue_defer_flush(void) {
+  defer.on = 0;
+  for (size_t i = 0; i < defer.n; i++) push_list(defer.slot[i].q, defer.slot[i].head, defer.slot[i].tail);
+  defer.n = 0;
 }
 
 tpu_qnode_t *tpu_queue_take(tpu_queue_t *q) {

@@ -10,6 +10,11 @@
  * lands in the list taken or finds the queue empty and writes the eventfd again, so no message
  * is ever stranded.
  *
+ * A producer that finishes several messages at once (the batcher scattering a batch) brackets
+ * its pushes with tpu_queue_defer_begin/tpu_queue_defer_flush: the messages are collected per
+ * queue on that thread and each queue gets them appended under one lock with at most one
+ * wake-up, instead of waking the consumer on the first and racing it for the rest.
+ *
  * Lock rules: `mu` guards head/tail only and is never held while calling out or while doing
  * I/O other than the eventfd write (which cannot block: the counter cannot overflow in practice).
  */
@@ -35,6 +40,12 @@ int tpu_queue_init(tpu_queue_t *q);
 void tpu_queue_destroy(tpu_queue_t *q);
 /* Appends a message; wakes the consumer when the queue was empty. Any thread. */
 void tpu_queue_push(tpu_queue_t *q, tpu_qnode_t *node);
+/* Starts collecting this thread's pushes (any queue) instead of appending them one by one.
+ * Not nestable; pair with tpu_queue_defer_flush on the same thread. */
+void tpu_queue_defer_begin(void);
+/* Appends what this thread collected since tpu_queue_defer_begin, each queue's messages in push
+ * order under one lock, waking each consumer at most once; stops collecting. */
+void tpu_queue_defer_flush(void);
 /* Takes every queued message in FIFO order (a NULL-terminated list). Consumer thread only. */
 tpu_qnode_t *tpu_queue_take(tpu_queue_t *q);
 /* The eventfd to watch for EV_READ. */

@@ -105,6 +105,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
   if (sig == SIGHUP) { /* rescan the model repository and rotate the audit log (at once) */
     tpu__repo_rescan(srv->repo);
     tpu__audit_sighup(srv);
+    tpu__auth_sighup(srv); /* certificates and tokens: new connections/requests get the new */
     return;
   }
   if (atomic_load(&srv->draining)) {
@@ -193,17 +194,19 @@ int tpu_server_create(const tpu_config_t *cfg, tpu_engine_t *engine, tpu_server_
   }
   /* The audit log first (its writer inherits the signal mask), so model loads are recorded. */
   if (tpu__audit_start(srv, err, errlen) != 0) goto out;
+  if (tpu__auth_start(srv, err, errlen) != 0) goto out; /* TLS contexts and tokens */
   if (tpu__repo_create(srv, &srv->repo, err, errlen) != 0) goto out; /* loads the models */
   if (tpu__mmpool_create(srv, cfg->threads, &srv->pool) != 0) {
     snprintf(err, errlen, "cannot start %u compute threads", cfg->threads);
     goto out;
   }
   if (tpu__http_bind(srv, err, errlen) != 0) goto out;
+  /* Before the I/O threads start: they read srv->port (/v2/debug/config), which this sets. */
+  if (bind_listener(srv, err, errlen) != 0) goto out;
   if (tpu__io_start(srv) != 0) {
     snprintf(err, errlen, "cannot start %u I/O threads", cfg->io_threads);
     goto out;
   }
-  if (bind_listener(srv, err, errlen) != 0) goto out;
   srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
   srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
   srv->sig_usr1 = evsignal_new(srv->base, SIGUSR1, on_signal, srv);
@@ -247,9 +250,11 @@ static void stop_compute(tpu_server_t *srv, int abort) {
 }
 
 int tpu_server_run(tpu_server_t *srv) {
-  tpu_log_info("tpud listening on %s:%u (native)", srv->cfg.listen, srv->port);
+  tpu_log_info("tpud listening on %s:%u (native%s)", srv->cfg.listen, srv->port,
+               srv->tls ? ", tls" : "");
   if (srv->http_fd >= 0)
-    tpu_log_info("tpud listening on %s:%u (http)", srv->cfg.listen, srv->http_port);
+    tpu_log_info("tpud listening on %s:%u (http%s)", srv->cfg.listen, srv->http_port,
+                 srv->http_tls ? ", tls" : "");
   char what[400];
   snprintf(what, sizeof what, "serving on %s: native port %u, http port %u", srv->cfg.listen,
            srv->port, srv->http_port);
@@ -280,6 +285,7 @@ void tpu_server_free(tpu_server_t *srv) {
   tpu__io_free(srv);
   if (srv->http_fd >= 0) close(srv->http_fd); /* the I/O threads' evhttps closed their dups */
   tpu__repo_free(srv->repo); /* after the I/O threads: their calls released their models */
+  tpu__auth_free(srv);       /* after the I/O threads: their SSLs hold their own contexts */
   tpu__mmpool_free(srv->pool);
   if (srv->drain_timer) event_free(srv->drain_timer);
   if (srv->sig_term) event_free(srv->sig_term);

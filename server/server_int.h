@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "audit.h"
+#include "auth.h"
 #include "batcher.h"
 #include "config.h"
 #include "model.h"
@@ -33,6 +34,7 @@
 #include "repository.h"
 #include "server.h"
 #include "stats.h"
+#include "tls.h"
 #include "tpu_envelope.h"
 #include "tpu_engine.h"
 #include "validate.h"
@@ -116,7 +118,7 @@ struct tpu__call {
   int dtype;
   void *c;
   uint64_t compute_us;
-  char client[64];              /* who asked (peer address), for the audit record */
+  char client[TPU_AUTH_IDENTITY_MAX]; /* who asked (auth.h identity), for the audit record */
 };
 
 /* A client connection, owned by one I/O thread. */
@@ -130,6 +132,10 @@ struct tpu__conn {
   int closed;              /* socket gone; freed when ncalls reaches 0 */
   int read_paused;         /* back-pressure: reading disabled */
   int close_after_write;   /* a fatal frame error: flush the error, then close */
+  int handshaking;         /* TLS: the handshake has not finished (handshake timeout armed) */
+  char cert_cn[TPU_AUTH_MAX_NAME + 1];  /* verified client certificate's CN; "" = none */
+  char cert_subject[160];  /* "CN=... SAN=..." for the audit log; "" = none */
+  char who[TPU_AUTH_IDENTITY_MAX]; /* the current request's identity (set per request) */
   tpu__conn_t *prev, *next; /* the I/O thread's open connections */
 };
 
@@ -177,6 +183,11 @@ struct tpu_server {
   tpu_audit_t *audit;
   atomic_int audit_closed;
   atomic_uint audit_users;
+  /* TLS contexts (tls.h; NULL = plaintext) and access control (auth_wire.c); both swapped in
+   * place by SIGHUP, set before any thread starts. http_tls: the HTTP port speaks TLS. */
+  tpu_tls_t *tls;
+  int http_tls;
+  struct tpu__auth *auth;
 };
 
 /* ---- io.c ---- */
@@ -271,6 +282,22 @@ void tpu__audit_reject(tpu_server_t *srv, const char *client, const char *reques
  * digests input and output here, submits the record and completes the call from the writer's
  * callback (after fdatasync with --audit-fsync always); else tpu__call_complete at once. */
 void tpu__call_finish(tpu__call_t *call);
+
+/* ---- auth_wire.c: TLS contexts and the access policy in the server ---- */
+/* Loads --tls-* and --tokens (main thread, start-up); logs the warning for a non-loopback
+ * address without access control. */
+int tpu__auth_start(tpu_server_t *srv, char *err, size_t errlen);
+/* SIGHUP (main thread): reload certificates and tokens; a failure is logged and the old ones
+ * stay. */
+void tpu__auth_sighup(tpu_server_t *srv);
+void tpu__auth_free(tpu_server_t *srv);
+/* Whether access control is on (tokens or client certificates). */
+int tpu__auth_enabled(tpu_server_t *srv);
+/* Decides one request (any I/O thread; a read lock around the table): tpu_auth_decide with the
+ * server's current policy. */
+int tpu__auth_check(tpu_server_t *srv, const tpu_auth_peer_t *peer, const char *authz,
+                    size_t authz_len, tpu_need_t need, char *who, size_t wholen, char *msg,
+                    size_t msglen);
 
 /* ---- compute.c: the MatMul pool ---- */
 int tpu__mmpool_create(tpu_server_t *srv, unsigned threads, tpu__mmpool_t **out);

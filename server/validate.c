@@ -54,11 +54,11 @@ int tpu_validate_shape(const char *what, const int64_t *shape, size_t rank, size
   if (rank > TPU_VALIDATE_MAX_RANK)
     return fail(msg, msglen, "%s: rank %zu exceeds the maximum of %d dimensions", what, rank,
                 TPU_VALIDATE_MAX_RANK), -1;
-  char s[256];
-  tpu_validate_format_shape(shape, rank, s, sizeof s);
+  char s[256]; /* the shape as text, for messages: formatted on the error paths only */
   int zero = 0;
   for (size_t i = 0; i < rank; i++) {
     if (shape[i] < 0) {
+      tpu_validate_format_shape(shape, rank, s, sizeof s);
       fail(msg, msglen,
            "%s: shape %s: dimension %zu is %lld; request dimensions must be >= 0 (-1 only "
            "appears in model shapes)",
@@ -71,6 +71,7 @@ int tpu_validate_shape(const char *what, const int64_t *shape, size_t rank, size
   if (!zero) {
     for (size_t i = 0; i < rank; i++) {
       if (__builtin_mul_overflow(c, (uint64_t)shape[i], &c)) {
+        tpu_validate_format_shape(shape, rank, s, sizeof s);
         fail(msg, msglen, "%s: shape %s has too many elements (the product overflows 64 bits)",
              what, s);
         return -1;
@@ -81,6 +82,7 @@ int tpu_validate_shape(const char *what, const int64_t *shape, size_t rank, size
   }
   uint64_t b;
   if (__builtin_mul_overflow(c, (uint64_t)elem_size, &b) || c > SIZE_MAX || b > SIZE_MAX) {
+    tpu_validate_format_shape(shape, rank, s, sizeof s);
     fail(msg, msglen, "%s: shape %s has %llu elements: the byte size overflows", what, s,
          (unsigned long long)c);
     return -1;
@@ -143,10 +145,13 @@ int tpu_validate_infer(const tpu_vmodel_t *m, const tpu_vrequest_t *r, tpu_vresu
     size_t count, bytes;
     if (tpu_validate_shape(what, in->shape, in->rank, esize, &count, &bytes, msg, msglen) != 0)
       return TPU_CODE_INVALID_ARGUMENT;
-    tpu_validate_format_shape(in->shape, in->rank, s, sizeof s);
-    tpu_validate_format_shape(spec->shape, spec->rank, ms, sizeof ms);
+    /* The shape texts only go into messages: formatted on the error paths alone (four
+     * snprintf calls per dimension showed in the serving profile). */
+#define SHAPE_TEXTS()                                                                            \
+  (tpu_validate_format_shape(in->shape, in->rank, s, sizeof s),                                  \
+   tpu_validate_format_shape(spec->shape, spec->rank, ms, sizeof ms))
     if (in->rank != spec->rank)
-      return fail(msg, msglen, "input '%s': shape %s has rank %zu, expected rank %zu (model shape %s)",
+      return SHAPE_TEXTS(), fail(msg, msglen, "input '%s': shape %s has rank %zu, expected rank %zu (model shape %s)",
                   nm, s, in->rank, spec->rank, ms);
     for (size_t d = 0; d < in->rank; d++) {
       if (spec->shape[d] == -1) {
@@ -158,7 +163,7 @@ int tpu_validate_infer(const tpu_vmodel_t *m, const tpu_vrequest_t *r, tpu_vresu
         batch = in->shape[d];
         batch_from = nm;
       } else if (in->shape[d] != spec->shape[d]) {
-        return fail(msg, msglen,
+        return SHAPE_TEXTS(), fail(msg, msglen,
                     "input '%s': shape %s does not match the model shape %s: dimension %zu "
                     "must be %lld",
                     nm, s, ms, d, (long long)spec->shape[d]);
@@ -173,7 +178,7 @@ int tpu_validate_infer(const tpu_vmodel_t *m, const tpu_vrequest_t *r, tpu_vresu
                     "send every input one way",
                     nm);
       if (in->raw_len != bytes)
-        return fail(msg, msglen, "input '%s': shape %s needs %zu bytes of %s data, got %zu", nm,
+        return SHAPE_TEXTS(), fail(msg, msglen, "input '%s': shape %s needs %zu bytes of %s data, got %zu", nm,
                     s, bytes, dt, in->raw_len);
       res->data[mi] = in->raw;
     } else if (in->n_other_typed > 0) {
@@ -186,7 +191,7 @@ int tpu_validate_infer(const tpu_vmodel_t *m, const tpu_vrequest_t *r, tpu_vresu
                   nm, dt);
     } else {
       if (in->n_fp32 != count)
-        return fail(msg, msglen,
+        return SHAPE_TEXTS(), fail(msg, msglen,
                     "input '%s': shape %s needs %zu FP32 values in contents.fp32_contents, got "
                     "%zu",
                     nm, s, count, in->n_fp32);
@@ -194,6 +199,7 @@ int tpu_validate_infer(const tpu_vmodel_t *m, const tpu_vrequest_t *r, tpu_vresu
     }
     res->bytes[mi] = bytes;
   }
+#undef SHAPE_TEXTS
   for (size_t mi = 0; mi < m->ninputs; mi++)
     if (res->input_of[mi] == SIZE_MAX)
       return fail(msg, msglen, "%s: missing input '%s'", m->name, m->inputs[mi].name);

@@ -8,12 +8,14 @@
  * round trip (JSON -> raw bytes -> JSON) whose seed is printed on failure.
  */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tpu_oip_json.h"
+#include "tpu_proto_int.h"
 #include "tpu_test.h"
 
 static char err[512];
@@ -580,6 +582,239 @@ static void test_random_round_trip(void) {
   }
 }
 
+/* ---- the single-pass fast path against the jansson path ---- */
+
+/* The jansson path alone: load, then build from the tree. */
+static tpu_oip_json_status_t parse_slow(const char *text, size_t len,
+                                        const tpu_oip_json_limits_t *lim,
+                                        Inference__ModelInferRequest **req) {
+  json_t *root = NULL;
+  *req = NULL;
+  tpu_oip_json_status_t st = tpu_oip_json_load(text, len, lim, &root, err, sizeof err);
+  if (st != TPU_OIP_JSON_OK) return st;
+  st = tpu_oip_json_infer_request_from_json(root, "m", "2", req, err, sizeof err);
+  json_decref(root);
+  return st;
+}
+
+/* Whether two requests pack to the same protobuf bytes. */
+static int same_message(const Inference__ModelInferRequest *a,
+                        const Inference__ModelInferRequest *b) {
+  size_t na = inference__model_infer_request__get_packed_size(a);
+  size_t nb = inference__model_infer_request__get_packed_size(b);
+  if (na != nb) return 0;
+  uint8_t *pa = malloc(na + 1), *pb = malloc(nb + 1);
+  inference__model_infer_request__pack(a, pa);
+  inference__model_infer_request__pack(b, pb);
+  int same = memcmp(pa, pb, na) == 0;
+  free(pa);
+  free(pb);
+  return same;
+}
+
+typedef struct {
+  char *p;
+  size_t len, cap;
+} tbuf_t;
+
+__attribute__((format(printf, 2, 3))) static void tb_printf(tbuf_t *b, const char *fmt, ...) {
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    if ((size_t)n < b->cap - b->len) {
+      b->len += (size_t)n;
+      return;
+    }
+    b->cap = b->cap * 2 + (size_t)n;
+    b->p = realloc(b->p, b->cap);
+  }
+}
+
+static const char *rand_ws(void) {
+  static const char *ws[] = {"", "", "", " ", "\n", " \t", "\r\n  "};
+  return ws[tpu_test_rand() % (sizeof ws / sizeof ws[0])];
+}
+
+/* A random JSON number in one of the forms clients write. */
+static void rand_number(tbuf_t *b) {
+  double v = tpu_test_rand_float(-1.0f, 1.0f);
+  switch (tpu_test_rand() % 12) {
+  case 0: tb_printf(b, "%.4f", v); break;
+  case 1: tb_printf(b, "%.9g", v * 1e3); break;
+  case 2: tb_printf(b, "%.17g", v); break;                 /* 17 digits: strtod fallback */
+  case 3: tb_printf(b, "%d", (int)(v * 1000)); break;      /* integer tokens */
+  case 4: tb_printf(b, "%.3e", v * 1e-30); break;          /* exponents beyond 10^22 */
+  case 5: tb_printf(b, "%.6E", v * 1e30); break;
+  case 6: tb_printf(b, "%s", tpu_test_rand() % 2 ? "-0" : "-0.0"); break;
+  case 7: tb_printf(b, "%lld", (long long)(v * 9.2e18)); break; /* 19-digit integers */
+  case 8: tb_printf(b, "0.%030d1", 0); break;              /* long fraction */
+  case 9: tb_printf(b, "%.20f", v * 123456.0); break;
+  case 10: tb_printf(b, "%.8e", v * 3e38); break;          /* near FLT_MAX */
+  default: tb_printf(b, "%g", v * 100); break;
+  }
+}
+
+/* A random body the fast path must take; returns it (malloc'd). */
+static char *rand_fast_body(size_t *len) {
+  tbuf_t b = {malloc(256), 0, 256};
+  tb_printf(&b, "%s{", rand_ws());
+  int first = 1;
+  if (tpu_test_rand() % 2) {
+    tb_printf(&b, "%s\"id\"%s:%s\"req-%u\"", rand_ws(), rand_ws(), rand_ws(),
+              (unsigned)(tpu_test_rand() % 1000));
+    first = 0;
+  }
+  if (tpu_test_rand() % 3 == 0) {
+    tb_printf(&b, "%s\"parameters\":{\"a\":true,\"b\":%d,\"c\":%.5g,\"d\":\"x\xc3\xa9\"}",
+              first ? "" : ",", (int)tpu_test_rand_range(-5, 5),
+              (double)tpu_test_rand_float(-2, 2));
+    first = 0;
+  }
+  tb_printf(&b, "%s\"inputs\":%s[", first ? "" : ",", rand_ws());
+  int nin = (int)tpu_test_rand_range(1, 3);
+  for (int i = 0; i < nin; i++) {
+    int rank = (int)tpu_test_rand_range(0, 3);
+    int64_t dims[3];
+    size_t count = 1;
+    for (int d = 0; d < rank; d++) {
+      dims[d] = tpu_test_rand_range(0, 4);
+      count *= (size_t)dims[d];
+    }
+    tb_printf(&b, "%s{\"name\":\"in%d\",%s\"shape\":[", i ? "," : "", i, rand_ws());
+    for (int d = 0; d < rank; d++) tb_printf(&b, "%s%s%lld", d ? "," : "", rand_ws(),
+                                             (long long)dims[d]);
+    tb_printf(&b, "],\"datatype\":\"FP32\",");
+    if (tpu_test_rand() % 3 == 0) tb_printf(&b, "\"parameters\":{},");
+    tb_printf(&b, "\"data\":");
+    int nested = rank > 1 && count > 0 && tpu_test_rand() % 2;
+    if (!nested) {
+      tb_printf(&b, "[");
+      for (size_t k = 0; k < count; k++) {
+        tb_printf(&b, "%s%s", k ? "," : "", rand_ws());
+        rand_number(&b);
+      }
+      tb_printf(&b, "]");
+    } else {
+      /* Nested, by hand over the 2 or 3 dims. */
+      size_t k = 0;
+      tb_printf(&b, "[");
+      for (int64_t a = 0; a < dims[0]; a++) {
+        tb_printf(&b, "%s[", a ? "," : "");
+        int64_t nb = dims[1], nc = rank == 3 ? dims[2] : 1;
+        for (int64_t c1 = 0; c1 < nb; c1++) {
+          if (rank == 3) tb_printf(&b, "%s[", c1 ? "," : "");
+          for (int64_t c2 = 0; c2 < nc; c2++) {
+            tb_printf(&b, "%s", (rank == 3 ? c2 : c1) ? "," : "");
+            rand_number(&b);
+            k++;
+          }
+          if (rank == 3) tb_printf(&b, "]");
+        }
+        tb_printf(&b, "]%s", rand_ws());
+      }
+      tb_printf(&b, "]");
+    }
+    tb_printf(&b, "}");
+  }
+  tb_printf(&b, "]");
+  if (tpu_test_rand() % 3 == 0)
+    tb_printf(&b, ",\"outputs\":[{\"name\":\"y\"},{\"parameters\":{\"binary_data\":false},"
+                  "\"name\":\"z\"}]");
+  tb_printf(&b, "}%s", rand_ws());
+  *len = b.len;
+  return b.p;
+}
+
+static void test_fast_path_equals_jansson(void) {
+  for (int iter = 0; iter < 400; iter++) {
+    size_t len;
+    char *body = rand_fast_body(&len);
+    Inference__ModelInferRequest *fast = NULL, *slow = NULL;
+    int took = tpu__oip_json_infer_fast(body, len, "m", "2", NULL, &fast);
+    tpu_oip_json_status_t st = parse_slow(body, len, NULL, &slow);
+    if (!took || st != TPU_OIP_JSON_OK || !same_message(fast, slow))
+      printf("\n  body: %s\n  fast %d, jansson %s: %s\n", body, took, tpu_oip_json_strerror(st),
+             err);
+    TPU_ASSERT_SEED(took);
+    TPU_ASSERT_SEED(st == TPU_OIP_JSON_OK);
+    if (fast && slow) TPU_ASSERT_SEED(same_message(fast, slow));
+    if (fast) inference__model_infer_request__free_unpacked(fast, NULL);
+    if (slow) inference__model_infer_request__free_unpacked(slow, NULL);
+    free(body);
+  }
+  /* Bodies it leaves to jansson, which still takes them. */
+  static const char *declined[] = {
+      "{\"id\":\"a\\u0062\",\"inputs\":[{\"name\":\"x\",\"shape\":[1],\"datatype\":\"FP32\","
+      "\"data\":[1]}]}",
+      "{\"inputs\":[{\"name\":\"x\",\"shape\":[1],\"datatype\":\"INT32\",\"data\":[1]}]}",
+      "{\"inputs\":[{\"name\":\"x\",\"data\":[1],\"shape\":[1],\"datatype\":\"FP32\"}]}",
+      "{\"inputs\":[{\"name\":\"x\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1]}],"
+      "\"extra\":1}",
+      "{\"inputs\":[{\"name\":\"x\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1e39999]}]}",
+  };
+  for (size_t i = 0; i < sizeof declined / sizeof declined[0]; i++) {
+    Inference__ModelInferRequest *fast = NULL, *req = NULL;
+    CU_ASSERT_FALSE(tpu__oip_json_infer_fast(declined[i], strlen(declined[i]), "m", "2", NULL,
+                                             &fast));
+    CU_ASSERT_PTR_NULL(fast);
+    tpu_oip_json_status_t st = parse(declined[i], &req);
+    CU_ASSERT_EQUAL(st, i == 4 ? TPU_OIP_JSON_SYNTAX : TPU_OIP_JSON_OK);
+    if (req) inference__model_infer_request__free_unpacked(req, NULL);
+  }
+}
+
+/* Mutated bodies: whatever the fast path takes, jansson takes identically; nothing crashes. */
+static void test_fast_path_mutations(void) {
+  static const char alphabet[] = "{}[]\",:0123456789.-+eE \\tfnu\x80\xc3";
+  for (int iter = 0; iter < 3000; iter++) {
+    size_t len;
+    char *body = rand_fast_body(&len);
+    body = realloc(body, len + 16);
+    int nmut = (int)tpu_test_rand_range(1, 3);
+    for (int m = 0; m < nmut && len > 0; m++) {
+      size_t at = (size_t)tpu_test_rand() % len;
+      char c = alphabet[tpu_test_rand() % (sizeof alphabet - 1)];
+      switch (tpu_test_rand() % 4) {
+      case 0: body[at] = c; break;                                      /* replace */
+      case 1: memmove(body + at, body + at + 1, len - at - 1); len--; break; /* delete */
+      case 2:                                                           /* insert */
+        memmove(body + at + 1, body + at, len - at);
+        body[at] = c;
+        len++;
+        break;
+      default: len = at; break; /* truncate */
+      }
+    }
+    /* An exact-size copy, so reading one byte past the end is caught by ASan. */
+    char *text = malloc(len ? len : 1);
+    memcpy(text, body, len);
+    Inference__ModelInferRequest *fast = NULL, *slow = NULL;
+    int took = tpu__oip_json_infer_fast(text, len, "m", "2", NULL, &fast);
+    tpu_oip_json_status_t st = parse_slow(text, len, NULL, &slow);
+    if (took) {
+      if (st != TPU_OIP_JSON_OK || !same_message(fast, slow))
+        printf("\n  body: %.*s\n  fast took it; jansson %s: %s\n", (int)len, text,
+               tpu_oip_json_strerror(st), err);
+      TPU_ASSERT_SEED(st == TPU_OIP_JSON_OK);
+      if (slow) TPU_ASSERT_SEED(same_message(fast, slow));
+    } else {
+      TPU_ASSERT_SEED(fast == NULL);
+    }
+    /* The public entry point agrees with jansson on the status either way. */
+    Inference__ModelInferRequest *pub = NULL;
+    tpu_oip_json_status_t pst =
+        tpu_oip_json_infer_request_parse(text, len, "m", "2", NULL, &pub, err, sizeof err);
+    TPU_ASSERT_SEED(pst == st);
+    if (pub) inference__model_infer_request__free_unpacked(pub, NULL);
+    if (fast) inference__model_infer_request__free_unpacked(fast, NULL);
+    if (slow) inference__model_infer_request__free_unpacked(slow, NULL);
+    free(text);
+    free(body);
+  }
+}
+
 /* ---- tensors (tpuctl matmul) ---- */
 
 static void test_tensor_decode_format(void) {
@@ -642,4 +877,6 @@ TPU_TEST_SUITE(oip_json,
                {"response from typed contents, parameters, NaN", test_response_contents_and_params},
                {"response errors name the output", test_response_errors},
                {"random FP32 round trip JSON -> bytes -> JSON", test_random_round_trip},
-               {"tensor decode and format (matmul)", test_tensor_decode_format})
+               {"tensor decode and format (matmul)", test_tensor_decode_format},
+               {"fast path builds what the jansson path builds", test_fast_path_equals_jansson},
+               {"fast path on mutated bodies: agrees or declines", test_fast_path_mutations})

@@ -89,8 +89,10 @@ static void test_bad_flags(void) {
   expect_error(2, a9, "non-empty");
   const char *a10[] = {"tpud", "--config", "/nonexistent/tpud.json"};
   expect_error(3, a10, "cannot open");
-  const char *a11[] = {"tpud", "--tls-cert", "x.pem"}; /* not pretended to be supported */
+  const char *a11[] = {"tpud", "--tls-certs", "x.pem"}; /* a typo of --tls-cert */
   expect_error(3, a11, "unknown option");
+  const char *a12[] = {"tpud", "--tls-handshake-timeout-s", "0"};
+  expect_error(3, a12, "from 1 to 3600");
 }
 
 static void test_bad_json(void) {
