@@ -6,7 +6,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR     ?= $(if $(CI),ON,OFF)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test run bench clean
+.PHONY: all deps configure build test run bench clean deploy-test fuzz test-asan test-tsan
 
 all: build
 
@@ -30,6 +30,53 @@ bench:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DTPUD_WERROR=$(WERROR) -DTPUD_BUILD_BENCH=ON $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 	@$(BUILD)/bench/engine_bench $(BENCH_ARGS)
+
+# ---- fuzzing and sanitizers (clang; each in its own build directory) ----
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
+SAN_CMAKE = -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPUD_WERROR=OFF $(CMAKE_ARGS)
+# Sanitizer verdicts are fatal (halt_on_error), and every report is also written to
+# <build>/san/<tool>.<pid>: tpud's stderr inside an integration script is a temporary file the
+# script deletes, so the Makefile prints the reports and fails when any were written.
+SAN_OPTS = ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:log_path=$(CURDIR)/$(1)/san/asan \
+           UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$(CURDIR)/$(1)/san/ubsan \
+           TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:log_path=$(CURDIR)/$(1)/san/tsan
+SAN_CHECK = if ls $(1)/san/* >/dev/null 2>&1; then cat $(1)/san/*; \
+              echo "$(1): sanitizer reports above (files in $(1)/san/)" >&2; exit 1; fi
+# The suites that start threads (engine pool, batcher, audit writer, repository, client) and the
+# integration scripts that drive tpud's I/O threads over loopback.
+TSAN_SUITES ?= engine_pool engine server_batcher audit repository model tpuclient
+TSAN_SCRIPTS ?= test_server|test_http|test_repository
+
+# libFuzzer targets (tests/fuzz): build, run each for FUZZ_SECONDS, fail on any finding.
+fuzz:
+	@deploy/deps.sh fuzz
+	@cmake -S . -B build-fuzz $(SAN_CMAKE) -DTPUD_FUZZ=ON -DBUILD_TESTING=OFF >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target fuzz_all
+	@tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# Every unit suite and integration script under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-asan:
+	@deploy/deps.sh fuzz
+	@cmake -S . -B build-asan $(SAN_CMAKE) -DTPUD_SANITIZE=address,undefined \
+	  -DCMAKE_C_FLAGS=-fno-sanitize-recover=undefined >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	@rm -rf build-asan/san && mkdir -p build-asan/san
+	@cd build-asan && $(call SAN_OPTS,build-asan) ctest --output-on-failure || \
+	  { cat san/* 2>/dev/null; exit 1; }
+	@$(call SAN_CHECK,build-asan)
+
+# The threaded suites and the server integration scripts under ThreadSanitizer.
+test-tsan:
+	@deploy/deps.sh fuzz
+	@cmake -S . -B build-tsan $(SAN_CMAKE) -DTPUD_SANITIZE=thread >/dev/null
+	@cmake --build build-tsan -j $(JOBS)
+	@rm -rf build-tsan/san && mkdir -p build-tsan/san
+	@cd build-tsan && $(call SAN_OPTS,build-tsan) ./tests/tpud_unit $(TSAN_SUITES) || \
+	  { cat san/* 2>/dev/null; exit 1; }
+	@cd build-tsan && $(call SAN_OPTS,build-tsan) ctest --output-on-failure -R '$(TSAN_SCRIPTS)' || \
+	  { cat san/* 2>/dev/null; exit 1; }
+	@$(call SAN_CHECK,build-tsan)
 
 clean:
 	rm -rf $(BUILD)

@@ -5,6 +5,9 @@
 #   deploy/deps.sh           build and test dependencies (what `make test` and `make run` need)
 #   deploy/deps.sh bench     also the benchmark anchors (oneDNN, OpenBLAS) and load tools
 #   deploy/deps.sh fuzz      also clang and its sanitizer runtimes
+#   deploy/deps.sh deploy    also what `make deploy-test` needs: podman and buildah (with runc,
+#                            not crun), debootstrap for the base image, HAProxy, docker-compose
+#                            (manifest check only; no Docker engine) and npm
 set -euo pipefail
 
 build_pkgs=(
@@ -15,6 +18,8 @@ build_pkgs=(
 )
 bench_pkgs=(libdnnl-dev libopenblas-dev g++)
 fuzz_pkgs=(clang libclang-rt-14-dev)
+# runc is listed so that podman's "crun | runc" dependency is met by runc.
+deploy_pkgs=(podman buildah runc debootstrap haproxy docker-compose ca-certificates)
 
 want=("${build_pkgs[@]}")
 for group in "$@"; do
@@ -22,7 +27,12 @@ for group in "$@"; do
     build) ;;
     bench) want+=("${bench_pkgs[@]}") ;;
     fuzz) want+=("${fuzz_pkgs[@]}") ;;
-    *) echo "deps.sh: unknown group '$group' (expected build, bench or fuzz)" >&2; exit 2 ;;
+    deploy)
+      want+=("${deploy_pkgs[@]}")
+      # npm ships inside NodeSource's nodejs; Debian's own npm package only where none is found.
+      command -v npm >/dev/null || want+=(npm)
+      ;;
+    *) echo "deps.sh: unknown group '$group' (expected build, bench, fuzz or deploy)" >&2; exit 2 ;;
   esac
 done
 
