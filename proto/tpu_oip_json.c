@@ -1209,7 +1209,7 @@ static int fp_nested(fp_t *f, const int64_t *shape, size_t rank, size_t dim, uin
                      size_t *at) {
   size_t n = (size_t)shape[dim];
   if (dim + 1 == rank) {
-    if (!fp_f32_run(f, dst + 4 * *at, n)) return 0;
+    if (!fp_f32_run(f, n ? dst + 4 * *at : dst, n)) return 0; /* dst is NULL for 0 elements */
     *at += n;
     return 1;
   }

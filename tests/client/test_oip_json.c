@@ -815,6 +815,24 @@ static void test_fast_path_mutations(void) {
   }
 }
 
+/* Regression (fuzz_oip_json): nested FP32 data for a shape with a 0 dimension made the fast path
+ * compute NULL + 0 on the empty tensor's buffer, undefined behaviour that make test-asan's
+ * UBSan turns into a failure here. */
+static void test_zero_dim_nested_null_offset(void) {
+  Inference__ModelInferRequest *req = NULL;
+  CU_ASSERT_EQUAL(parse("{\"inputs\":[{\"name\":\"x\",\"shape\":[2,0],\"datatype\":\"FP32\","
+                        "\"data\":[[],[]]}]}",
+                        &req),
+                  TPU_OIP_JSON_OK);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(req);
+  CU_ASSERT_EQUAL(req->n_raw_input_contents, 1);
+  CU_ASSERT_EQUAL(req->raw_input_contents[0].len, 0);
+  inference__model_infer_request__free_unpacked(req, NULL);
+  expect_error("{\"inputs\":[{\"name\":\"x\",\"shape\":[2,0],\"datatype\":\"FP32\","
+               "\"data\":[[1,2],[3,4.5]]}]}",
+               TPU_OIP_JSON_INVALID, "expected 0 elements for dimension 1 of shape [2,0], got 2");
+}
+
 /* ---- tensors (tpuctl matmul) ---- */
 
 static void test_tensor_decode_format(void) {
@@ -879,4 +897,5 @@ TPU_TEST_SUITE(oip_json,
                {"random FP32 round trip JSON -> bytes -> JSON", test_random_round_trip},
                {"tensor decode and format (matmul)", test_tensor_decode_format},
                {"fast path builds what the jansson path builds", test_fast_path_equals_jansson},
-               {"fast path on mutated bodies: agrees or declines", test_fast_path_mutations})
+               {"fast path on mutated bodies: agrees or declines", test_fast_path_mutations},
+               {"zero_dim_nested_null_offset (fuzz regression)", test_zero_dim_nested_null_offset})

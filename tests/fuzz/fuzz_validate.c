@@ -1,0 +1,173 @@
+/*
+ * fuzz_validate.c - libFuzzer target: request validation, from the bytes a client sends.
+ *
+ * DESIGN
+ * Byte 0 picks what the rest is: a serialized inference.ModelInferRequest validated against a
+ * fixed model (the bundled digits model's shape, or a two-input model that exercises duplicate,
+ * missing and batch-mismatch paths), or a tpud.MatMulRequest. The request is mapped to
+ * tpu_vrequest_t exactly as handlers.c maps it (copied here: the handler is not callable
+ * without a server). On success every invariant the server then relies on is checked: each
+ * model input's data is exactly bytes[i] long and inside the request, rows is the batch
+ * dimension, and the output flags are set as asked. ASan reads all the data the result points
+ * at, as the batcher would.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grpc_service.pb-c.h"
+#include "stats.h"
+#include "tpud.pb-c.h"
+#include "validate.h"
+
+static const int64_t digits_in_shape[] = {-1, 64};
+static const int64_t digits_out_shape[] = {-1, 10};
+static const tpu_tensor_spec_t digits_in[] = {{"x", "FP32", digits_in_shape, 2}};
+static const tpu_tensor_spec_t digits_out[] = {{"y", "FP32", digits_out_shape, 2}};
+
+static const int64_t two_a_shape[] = {-1, 3};
+static const int64_t two_b_shape[] = {2, -1, 2};
+static const int64_t two_o_shape[] = {-1};
+static const tpu_tensor_spec_t two_in[] = {{"a", "FP32", two_a_shape, 2},
+                                           {"b", "INT8", two_b_shape, 3}};
+static const tpu_tensor_spec_t two_out[] = {{"p", "FP32", two_o_shape, 1},
+                                            {"q", "BF16", two_o_shape, 1}};
+
+static const tpu_vmodel_t models[2] = {
+    {"model 'digits' version 1", digits_in, 1, digits_out, 1},
+    {"model 'two' version 3", two_in, 2, two_out, 2},
+};
+
+/* Reads every byte of [p, p+n): ASan reports any that is not the request's. */
+static volatile uint8_t sink;
+static void touch(const void *p, size_t n) {
+  const volatile uint8_t *b = p;
+  for (size_t i = 0; i < n; i++) sink ^= b[i];
+}
+
+static void check_infer(const tpu_vmodel_t *m, const uint8_t *data, size_t size) {
+  Inference__ModelInferRequest *q = inference__model_infer_request__unpack(NULL, size, data);
+  if (!q) return;
+  /* handlers.c refuses these before validation. */
+  if (q->n_inputs > TPU_VALIDATE_MAX_TENSORS || q->n_outputs > TPU_VALIDATE_MAX_TENSORS) goto out;
+  tpu_vinput_t vin[TPU_VALIDATE_MAX_TENSORS];
+  const char *vout[TPU_VALIDATE_MAX_TENSORS];
+  /* --- as in tpu__infer_submit (server/handlers.c) --- */
+  for (size_t i = 0; i < q->n_inputs; i++) {
+    Inference__ModelInferRequest__InferInputTensor *t = q->inputs[i];
+    tpu_vinput_t *v = &vin[i];
+    memset(v, 0, sizeof *v);
+    v->name = t->name;
+    v->datatype = t->datatype;
+    v->shape = t->shape;
+    v->rank = t->n_shape;
+    if (q->n_raw_input_contents && i < q->n_raw_input_contents) {
+      v->has_raw = 1;
+      v->raw = q->raw_input_contents[i].data;
+      v->raw_len = q->raw_input_contents[i].len;
+    }
+    Inference__InferTensorContents *c = t->contents;
+    if (c) {
+      v->fp32 = c->fp32_contents;
+      v->n_fp32 = c->n_fp32_contents;
+      struct {
+        size_t n;
+        const char *field;
+      } other[] = {{c->n_bool_contents, "contents.bool_contents"},
+                   {c->n_int_contents, "contents.int_contents"},
+                   {c->n_int64_contents, "contents.int64_contents"},
+                   {c->n_uint_contents, "contents.uint_contents"},
+                   {c->n_uint64_contents, "contents.uint64_contents"},
+                   {c->n_fp64_contents, "contents.fp64_contents"},
+                   {c->n_bytes_contents, "contents.bytes_contents"}};
+      for (size_t k = 0; k < sizeof other / sizeof other[0]; k++) {
+        if (other[k].n && !v->n_other_typed) v->other_field = other[k].field;
+        v->n_other_typed += other[k].n;
+      }
+    }
+  }
+  for (size_t j = 0; j < q->n_outputs; j++) vout[j] = q->outputs[j]->name;
+  tpu_vrequest_t vr = {.inputs = vin, .ninputs = q->n_inputs, .n_raw = q->n_raw_input_contents,
+                       .outputs = vout, .noutputs = q->n_outputs};
+  /* --- end of the copy --- */
+  tpu_vresult_t res;
+  char msg[512];
+  msg[0] = 0;
+  int code = tpu_validate_infer(m, &vr, &res, msg, sizeof msg);
+  if (code != TPU_CODE_OK) {
+    if (code != TPU_CODE_INVALID_ARGUMENT) abort();
+    if (!msg[0] || !memchr(msg, 0, sizeof msg)) abort(); /* every refusal says why */
+    goto out;
+  }
+  for (size_t i = 0; i < m->ninputs; i++) {
+    size_t r = res.input_of[i];
+    if (r >= q->n_inputs) abort();
+    if (strcmp(q->inputs[r]->name, m->inputs[i].name) != 0) abort();
+    size_t count = 1;
+    int64_t batch = -1;
+    for (size_t d = 0; d < m->inputs[i].rank; d++) {
+      int64_t dim = q->inputs[r]->shape[d];
+      if (m->inputs[i].shape[d] == -1) batch = dim;
+      count *= (size_t)dim; /* validated: no overflow */
+    }
+    if (batch >= 0 && (size_t)batch != res.rows) abort();
+    if (res.bytes[i] != count * tpu_validate_dtype_size(m->inputs[i].datatype)) abort();
+    if (res.bytes[i] && !res.data[i]) abort();
+    if (res.data[i]) touch(res.data[i], res.bytes[i]);
+  }
+  for (size_t j = 0; j < m->noutputs; j++) {
+    int asked = q->n_outputs == 0;
+    for (size_t k = 0; k < q->n_outputs; k++)
+      if (strcmp(q->outputs[k]->name, m->outputs[j].name) == 0) asked = 1;
+    if (res.want_output[j] != asked) abort();
+  }
+out:
+  inference__model_infer_request__free_unpacked(q, NULL);
+}
+
+static void check_matmul(const uint8_t *data, size_t size, uint64_t max_elems) {
+  Tpud__MatMulRequest *q = tpud__mat_mul_request__unpack(NULL, size, data);
+  if (!q) return;
+  tpu_vtensor_t a = {0}, b = {0};
+  /* as in do_matmul (server/handlers.c) */
+  if (q->a) a = (tpu_vtensor_t){q->a->shape, q->a->n_shape, q->a->datatype, q->a->data.len, 1};
+  if (q->b) b = (tpu_vtensor_t){q->b->shape, q->b->n_shape, q->b->datatype, q->b->data.len, 1};
+  size_t m, k, n;
+  int dtype;
+  char msg[512];
+  msg[0] = 0;
+  int code = tpu_validate_matmul(&a, &b, max_elems, &m, &k, &n, &dtype, msg, sizeof msg);
+  if (code == TPU_CODE_OK) {
+    if (m == 0 || k == 0 || n == 0) abort();
+    if (m * k > max_elems || k * n > max_elems || m * n > max_elems) abort();
+    if ((int64_t)m != q->a->shape[0] || (int64_t)k != q->b->shape[0] ||
+        (int64_t)n != q->b->shape[1])
+      abort();
+    touch(q->a->data.data, q->a->data.len);
+    touch(q->b->data.data, q->b->data.len);
+  } else if (!msg[0]) {
+    abort();
+  }
+  tpud__mat_mul_request__free_unpacked(q, NULL);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1) return 0;
+  uint8_t sel = data[0];
+  data++;
+  size--;
+  switch (sel % 3) {
+  case 0:
+    check_infer(&models[0], data, size);
+    break;
+  case 1:
+    check_infer(&models[1], data, size);
+    break;
+  default:
+    check_matmul(data, size, sel & 0x80 ? 16 : (64u << 20) / 4);
+    break;
+  }
+  return 0;
+}

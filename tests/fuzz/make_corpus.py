@@ -1,0 +1,237 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of the fuzz targets into tests/fuzz/corpus/<target>/.
+
+Seeds are small, real examples of what each parser reads: one valid frame per method (and a
+pipelined stream, a split-prone one, a bad flag), inference and MatMul requests, JSON infer
+bodies of every datatype, the bundled models' model.json, small safetensors files, an audit log
+(plain and HMAC) with a rotation and a head file, HTTP request heads. Protobuf is written by hand
+here from the .proto field numbers, so the seeds do not depend on the code under test.
+Run from anywhere: python3 tests/fuzz/make_corpus.py. Regression inputs (crash-*) added by hand
+to corpus directories are kept.
+"""
+import hashlib, hmac, json, os, struct, sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def varint(v):
+    v &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out.append(b | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def f_varint(n, v): return varint(n << 3) + varint(v)
+def f_bytes(n, b): return varint(n << 3 | 2) + varint(len(b)) + b
+def f_str(n, s): return f_bytes(n, s.encode())
+def f_packed(n, vals): return f_bytes(n, b"".join(varint(v) for v in vals))
+def f_float(n, vals): return f_bytes(n, b"".join(struct.pack("<f", v) for v in vals))
+
+
+def envelope(id_, method, payload=b"", timeout=0, metadata=()):
+    b = f_varint(1, id_) + f_varint(2, method)
+    if timeout:
+        b += f_varint(3, timeout)
+    for k, v in metadata:
+        b += f_bytes(4, f_str(1, k) + f_str(2, v))
+    if payload:
+        b += f_bytes(5, payload)
+    return b
+
+
+def response_envelope(id_, code, message="", payload=b""):
+    b = f_varint(1, id_) + f_varint(2, code)
+    if message:
+        b += f_str(3, message)
+    if payload:
+        b += f_bytes(4, payload)
+    return b
+
+
+def frame(msg, flag=0): return bytes([flag]) + struct.pack(">I", len(msg)) + msg
+
+
+def infer_input(name, dtype, shape, fp32=None):
+    b = f_str(1, name) + f_str(2, dtype) + f_packed(3, shape)
+    if fp32 is not None:
+        b += f_bytes(5, f_float(6, fp32))
+    return b
+
+
+def infer_request(inputs, raw=(), outputs=(), model="digits", version="1", id_="r-1"):
+    b = f_str(1, model) + (f_str(2, version) if version else b"") + (f_str(3, id_) if id_ else b"")
+    b += f_bytes(4, f_str(1, "priority") + f_bytes(2, f_varint(2, 1)))  # parameters map entry
+    for i in inputs:
+        b += f_bytes(5, i)
+    for o in outputs:
+        b += f_bytes(6, f_str(1, o))
+    for r in raw:
+        b += f_bytes(7, r)
+    return b
+
+
+def tensor(shape, dtype, data): return f_packed(1, shape) + f_str(2, dtype) + f_bytes(3, data)
+
+
+def write(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def f32s(vals): return b"".join(struct.pack("<f", v) for v in vals)
+
+
+# ---- method payloads ----
+x64 = [float(i % 17) / 16 for i in range(64)]
+infer_raw = infer_request([infer_input("x", "FP32", [1, 64])], raw=[f32s(x64)], outputs=["probs"])
+infer_typed = infer_request([infer_input("x", "FP32", [2, 64], fp32=x64 + x64)])
+matmul = f_bytes(1, tensor([2, 3], "FP32", f32s(range(6)))) + f_bytes(2, tensor([3, 2], "FP32", f32s(range(6))))
+matmul_i8 = f_bytes(1, tensor([2, 4], "INT8", bytes(range(8)))) + f_bytes(2, tensor([4, 1], "INT8", bytes(4)))
+payloads = {
+    1: b"", 2: b"", 3: f_str(1, "digits") + f_str(2, "1"), 4: b"", 5: f_str(1, "digits"),
+    6: infer_raw, 7: f_str(1, "digits") + f_str(2, "2"), 8: f_str(1, "digits"), 9: matmul,
+    10: f_varint(1, 1),
+}
+names = {1: "server_live", 2: "server_ready", 3: "model_ready", 4: "server_metadata",
+         5: "model_metadata", 6: "model_infer", 7: "model_load", 8: "model_unload", 9: "matmul",
+         10: "repository_index"}
+
+# fuzz_frame: byte 0 = max message selector (3: 1 MiB) | chunk bits, byte 1 = split seed.
+for m, p in payloads.items():
+    env = envelope(m, m, p, timeout=250000 if m == 6 else 0,
+                   metadata=[("authorization", "Bearer t0k")] if m == 6 else ())
+    write("fuzz_frame", f"req_{names[m]}", bytes([0x0F, m]) + frame(env))
+write("fuzz_frame", "pipelined", bytes([0x13, 7]) + b"".join(frame(envelope(i, m, p)) for i, (m, p) in enumerate(payloads.items(), 1)))
+write("fuzz_frame", "byte_at_a_time", bytes([0x03, 1]) + frame(envelope(9, 6, infer_typed)))
+write("fuzz_frame", "typed_infer", bytes([0x7F, 3]) + frame(envelope(5, 6, infer_typed)))
+write("fuzz_frame", "matmul_int8", bytes([0x23, 9]) + frame(envelope(6, 9, matmul_i8)))
+write("fuzz_frame", "empty_frame", bytes([0x03, 0]) + frame(b"") + frame(envelope(1, 1)))
+write("fuzz_frame", "unknown_method", bytes([0x03, 0]) + frame(envelope(2, 99)))
+write("fuzz_frame", "compressed", bytes([0x03, 0]) + frame(envelope(3, 1), flag=1))
+write("fuzz_frame", "truncated", bytes([0x03, 0]) + frame(envelope(4, 6, infer_raw))[:40])
+write("fuzz_frame", "too_big", bytes([0x00, 0]) + frame(envelope(4, 6, infer_raw)))
+write("fuzz_frame", "resp_infer", bytes([0x03, 2]) + frame(response_envelope(6, 0, "", f_str(1, "digits") + f_str(2, "1") + f_bytes(5, f_str(1, "probs") + f_str(2, "FP32") + f_packed(3, [1, 10])) + f_bytes(6, f32s([0.1] * 10)))))
+write("fuzz_frame", "resp_error", bytes([0x03, 2]) + frame(response_envelope(7, 3, "input 'x': shape [3,5] needs 60 bytes of FP32 data, got 56")))
+
+# fuzz_validate: byte 0 % 3 = 0 digits model, 1 two-input model, 2 MatMul.
+write("fuzz_validate", "digits_raw", b"\x00" + infer_request([infer_input("x", "FP32", [1, 64])], raw=[f32s(x64)]))
+write("fuzz_validate", "digits_typed", b"\x00" + infer_typed)
+write("fuzz_validate", "digits_batch0", b"\x00" + infer_request([infer_input("x", "FP32", [0, 64])], raw=[b""]))
+write("fuzz_validate", "digits_short", b"\x00" + infer_request([infer_input("x", "FP32", [1, 64])], raw=[f32s(x64[:63])]))
+write("fuzz_validate", "digits_negdim", b"\x00" + infer_request([infer_input("x", "FP32", [-1, 64])], raw=[b""]))
+write("fuzz_validate", "digits_overflow", b"\x00" + infer_request([infer_input("x", "FP32", [1 << 62, 1 << 62])], raw=[b""]))
+write("fuzz_validate", "two_inputs", b"\x01" + infer_request(
+    [infer_input("a", "FP32", [2, 3]), infer_input("b", "INT8", [2, 2, 2])],
+    raw=[f32s(range(6)), bytes(8)], outputs=["q", "p"]))
+write("fuzz_validate", "two_dup", b"\x01" + infer_request(
+    [infer_input("a", "FP32", [2, 3]), infer_input("a", "FP32", [2, 3])], raw=[f32s(range(6))] * 2))
+write("fuzz_validate", "matmul_fp32", b"\x02" + matmul)
+write("fuzz_validate", "matmul_int8", b"\x02" + matmul_i8)
+write("fuzz_validate", "matmul_limit", b"\x82" + matmul)
+
+# fuzz_oip_json: byte 0 even = request body, odd = ModelInferResponse protobuf.
+bodies = {
+    "fp32_flat": {"id": "r1", "inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [0.1, -2.5, 3e-39, 1e38]}]},
+    "fp32_nested": {"inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32", "data": [[1, 2], [3, 4.5]]}], "outputs": [{"name": "probs"}]},
+    "ints": {"inputs": [{"name": "a", "shape": [3], "datatype": "INT8", "data": [-128, 0, 127]},
+                        {"name": "b", "shape": [2], "datatype": "UINT64", "data": [0, 9223372036854775807]},
+                        {"name": "c", "shape": [2], "datatype": "INT64", "data": [-9223372036854775808, 5]},
+                        {"name": "d", "shape": [1], "datatype": "UINT16", "data": [65535]}]},
+    "halves": {"inputs": [{"name": "h", "shape": [3], "datatype": "FP16", "data": [0.5, 65504, -6e-8]},
+                          {"name": "g", "shape": [2], "datatype": "BF16", "data": [1.5, -3.0e38]}]},
+    "bool_fp64": {"parameters": {"p": 1, "s": "x", "b": True}, "inputs": [{"name": "m", "shape": [2], "datatype": "BOOL", "data": [True, False]},
+                              {"name": "d", "shape": [2], "datatype": "FP64", "data": [1e308, 0.1]}]},
+    "bytes": {"inputs": [{"name": "s", "shape": [2], "datatype": "BYTES", "data": ["héllo", ""],
+                          "parameters": {"content_type": "str"}}]},
+    "empty": {"inputs": [{"name": "x", "shape": [0, 64], "datatype": "FP32", "data": []}]},
+    "bad_count": {"inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP32", "data": [1] * 11}]},
+}
+for name, body in bodies.items():
+    write("fuzz_oip_json", name, b"\x00" + json.dumps(body, ensure_ascii=False).encode())
+write("fuzz_oip_json", "deep", b"\x00" + b'{"inputs":' + b"[" * 40 + b"]" * 40 + b"}")
+write("fuzz_oip_json", "resp_raw", b"\x01" + f_str(1, "digits") + f_str(2, "1") + f_str(3, "r1") +
+      f_bytes(5, f_str(1, "probs") + f_str(2, "FP32") + f_packed(3, [1, 4])) + f_bytes(6, f32s([0.1, 1e-45, 3.4028235e38, -0.0])))
+write("fuzz_oip_json", "resp_typed", b"\x01" + f_str(1, "m") +
+      f_bytes(5, f_str(1, "y") + f_str(2, "FP32") + f_packed(3, [2]) + f_bytes(5, f_float(6, [1.0, 2.0]))))
+write("fuzz_oip_json", "resp_bf16", b"\x01" + f_str(1, "m") +
+      f_bytes(5, f_str(1, "y") + f_str(2, "BF16") + f_packed(3, [4])) + f_bytes(6, bytes([0x80, 0x3f, 0, 0x80, 0x80, 0x7f, 1, 0])))
+
+# fuzz_model_config: the bundled models' model.json and a few variants.
+for m in ("digits", "matmul"):
+    p = os.path.join(ROOT, "models", m, "1", "model.json")
+    if os.path.exists(p):
+        write("fuzz_model_config", m, open(p, "rb").read())
+minimal = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+           "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 2]}],
+           "layers": [{"weight": "w"}], "checkpoint": {"sha256": "A" * 64}}
+write("fuzz_model_config", "minimal", json.dumps(minimal))
+write("fuzz_model_config", "bf16_buckets", json.dumps(dict(minimal, precision="bf16", batching={"buckets": [1, 3, 7]})))
+write("fuzz_model_config", "bad_file", json.dumps(dict(minimal, checkpoint={"file": "../x", "sha256": "0" * 64})))
+
+# fuzz_safetensors: small files, and the digits checkpoint.
+def safetensors(tensors, meta=None, pad=0):
+    hdr, data = {}, b""
+    if meta is not None:
+        hdr["__metadata__"] = meta
+    for name, dtype, shape, blob in tensors:
+        hdr[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(blob)]}
+        data += blob
+    h = json.dumps(hdr).encode() + b" " * pad
+    return struct.pack("<Q", len(h)) + h + data
+write("fuzz_safetensors", "two", safetensors([("fc.weight", "F32", [2, 2], f32s([1, 2, 3, 4])), ("fc.bias", "I8", [2], b"\x01\xff")], {"format": "pt"}, pad=5))
+write("fuzz_safetensors", "scalar_empty", safetensors([("s", "F64", [], struct.pack("<d", 1.5)), ("e", "BF16", [0, 3], b"")]))
+write("fuzz_safetensors", "f4", safetensors([("q", "F4", [2, 3], b"\x12\x34\x56"), ("b", "BOOL", [1], b"\x01")]))
+write("fuzz_safetensors", "empty", safetensors([]))
+p = os.path.join(ROOT, "models", "digits", "1", "model.safetensors")
+if os.path.exists(p):
+    write("fuzz_safetensors", "digits", open(p, "rb").read())
+
+# fuzz_audit_verify: byte 0 flags (1 key, 2 split at byte 1, 4 head after NUL).
+def audit_log(n, key=None, torn=False):
+    mac = lambda b: (hmac.new(key, b, hashlib.sha256) if key else hashlib.sha256(b)).hexdigest()
+    prev, lines = "0" * 64, []
+    kinds = ["config", "start", "load", "request", "request", "rotate", "request", "stop"]
+    for seq in range(1, n + 1):
+        rec = ('{"seq":%d,"time":"2024-05-06T07:08:%02d.123456Z","kind":"%s","request_id":"r-%d",'
+               '"client":"127.0.0.1:5000","model":"digits","version":"1","input_sha256":"%s",'
+               '"output_sha256":"%s","status":"OK","message":"","queue_us":120,"compute_us":830,'
+               '"batch_id":%d,"bucket":8,"prev":"%s"' % (seq, seq, kinds[(seq - 1) % len(kinds)], seq,
+                                                       "ab" * 32, "cd" * 32, seq, prev))
+        h = mac((rec + "}").encode())
+        lines.append(rec + ',"hash":"%s"}\n' % h)
+        prev = h
+    text = "".join(lines)
+    head = '{"seq":%d,"hash":"%s","time":"2024-05-06T07:09:00.000000Z"}\n' % (n, prev)
+    return text.encode(), head.encode()
+log, head = audit_log(6)
+write("fuzz_audit_verify", "plain", b"\x00\x00" + log)
+write("fuzz_audit_verify", "rotated", b"\x02\x80" + log)
+write("fuzz_audit_verify", "head", b"\x04\x00" + log + b"\x00" + head)
+klog, khead = audit_log(4, key=b"fuzz-key")
+write("fuzz_audit_verify", "hmac_head", b"\x05\x00" + klog + b"\x00" + khead)
+write("fuzz_audit_verify", "torn", b"\x00\x00" + log[:-30])
+lines = log.split(b"\n")
+write("fuzz_audit_verify", "swapped", b"\x00\x00" + b"\n".join([lines[0], lines[2], lines[1]] + lines[3:]))
+
+# fuzz_http_parser: byte 0 limits (2: 8 KiB head; bit 2: 100-byte body limit).
+heads = {
+    "get": b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n",
+    "post": b"POST /v2/models/digits/versions/1/infer HTTP/1.1\r\nHost: localhost:8000\r\nContent-Type: application/json\r\nContent-Length: 17\r\nConnection: keep-alive\r\n\r\n{\"inputs\": []}\r\n",
+    "expect": b"POST /v2/models/digits/infer HTTP/1.1\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n",
+    "http10": b"HEAD /metrics HTTP/1.0\nConnection: keep-alive\n\n",
+    "chunked": b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+    "smuggle": b"POST /x HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+    "dup_cl": b"POST /x HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+    "pipelined": b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n",
+}
+for name, h in heads.items():
+    write("fuzz_http_parser", name, b"\x02" + h)
+write("fuzz_http_parser", "body_limit", b"\x06" + heads["post"])
+print("corpus written to", os.path.join(HERE, "corpus"))
