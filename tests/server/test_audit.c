@@ -481,13 +481,15 @@ static void test_rotation_by_size(void) {
   CU_ASSERT(st.rotations >= 5);
   char names[64][600];
   int nr = list_rotated(names, 63);
-  CU_ASSERT_EQUAL((uint64_t)nr, st.rotations);
+  /* The stats were read before close; if a flush above ran out of time on a loaded machine, the
+   * batch close writes may rotate once more. Every rotation on disk is counted below. */
+  CU_ASSERT((uint64_t)nr == st.rotations || (uint64_t)nr == st.rotations + 1);
   snprintf(names[nr], 600, "%s", logp);
   const char *files[64];
   for (int i = 0; i <= nr; i++) files[i] = names[i];
   tpu_audit_verify_result_t res;
   CU_ASSERT_EQUAL(tpu_audit_verify(files, (size_t)nr + 1, NULL, &res), TPU_AUDIT_VERIFY_OK);
-  CU_ASSERT_EQUAL(res.records, 200 + st.rotations);
+  CU_ASSERT_EQUAL(res.records, 200 + (uint64_t)nr); /* one rotate record per rotation */
   CU_ASSERT_EQUAL(res.first_seq, 1);
   /* Each later file starts with a rotate record naming the file before it, and may be
    * verified on its own. */
