@@ -31,6 +31,12 @@ bench:
 	@cmake --build $(BUILD) -j $(JOBS)
 	@$(BUILD)/bench/engine_bench $(BENCH_ARGS)
 
+# The deployment files built and run for real: container image (podman), manifests validated
+# offline, HAProxy failover of three replicas (deploy/test_deploy.sh). Needs `make build` first,
+# which it does; installs its own packages (deploy/deps.sh deploy).
+deploy-test: build
+	@deploy/test_deploy.sh $(BUILD) .
+
 # ---- fuzzing and sanitizers (clang; each in its own build directory) ----
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
