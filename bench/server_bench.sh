@@ -14,13 +14,31 @@
 # /proc/PID/stat, warm-up included) per request: on a machine shared with other work this is
 # the steadier measure of the server's cost; req/s moves with whatever else runs.
 # Client and server share the machine: on a 2-core box the numbers include the client's cost.
-# Measured 2026-11-29 (2 vCPUs shared with other builds, load average ~7: noisy; --threads 1
-# --io-threads 1, no pinning; interleaved A/B, 3 s runs, digits, batching on):
-#                        before (evhttp, fixed wait)     after (own HTTP/1.1, adaptive batcher)
-#   http   1 conn        0.9-1.1k req/s  p50 0.71-0.80 ms  2.4-6.5k req/s  p50 0.06-0.18 ms
-#   native 1 conn        1.0-1.2k req/s  p50 0.71-0.76 ms  1.4-3.9k req/s  p50 0.13-0.21 ms
-#   http   64 conns      9.1-10.2k req/s p50 5.6-6.6 ms    12.8-14.2k req/s p50 3.8-4.0 ms
-#   native 64 conns      19.9-25.1k req/s                  21.4-21.5k req/s (unchanged path; noise)
+# Measured 2026-11-29, AMD EPYC, 2 vCPUs shared with other sessions' builds and tests (load
+# average 6-9 throughout: every number here is perturbed, req/s most; "cpu us" = tpud CPU per
+# request is the steadier one). --threads 1 --io-threads 1, digits, DUR 5, REPS 3 (medians),
+# before and after interleaved run by run (BUILDS="before after"). "before" = commit 86ce02c;
+# "after" = single-pass FP32 JSON parser, one wake-up per batch's completions, condvar signalled
+# after unlock, no printf on the serving path (the tree also held TLS work in progress). Pinned: SERVER_CPUS=0 CLIENT_CPUS=1 (tpud's I/O
+# and batcher threads share CPU 0); unpinned: req/s only.
+#                           pinned                                             unpinned
+#   protocol batch conns |  before req/s  after req/s  p50 ms  p99 ms  cpu us/req | before  after
+#   http     on       1  |     2744          3059      0.156   3.736  179 -> 119  |   5666   7647
+#   http     on       8  |    11667         17440      0.219   5.112   50 -> 28   |   9025  16498
+#   http     on      64  |    15800         31690      1.065   8.913   40 -> 16   |  12173  20572
+#   native   on       1  |     2928          2985      0.166   4.325  132 -> 131  |   3986   5773
+#   native   on       8  |    14690         14662      0.256   5.439   32 -> 32   |  15452   7524*
+#   native   on      64  |    21138         24190      1.671   9.961   30 -> 25   |  16542  17694
+#   http     off      1  |     2708          3282      0.156   4.260  169 -> 130  |   2476   2720
+#   http     off      8  |     9042         14822      0.250   5.308   58 -> 32   |   8837   9994
+#   http     off     64  |    10672         19204      2.818  10.879   71 -> 33   |  11145  19479
+#   native   off      1  |     3634          3650      0.188   1.966  156 -> 140  |   3465   2567
+#   native   off      8  |    12944         13725      0.381   4.391   56 -> 52   |   7905  11697
+#   native   off     64  |    14211         14560      4.260  12.190   44 -> 37   |  17618  17034
+# (*) noise: a rerun of that cell, pinned, 3 interleaved pairs: before 7.0/9.5/19.7k, after
+# 8.9/22.2/23.3k req/s at the same CPU per request (36-41 us). The native path's code is
+# nearly unchanged (wake-ups only); its cost is libevent's bufferevent (an epoll_ctl per answer,
+# an FIONREAD ioctl per read), which the HTTP path's own connection code does not pay.
 set -u
 BUILD=${1:-build-fast}
 SRC=${2:-.}

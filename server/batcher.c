@@ -6,6 +6,13 @@
  * largest bucket (input and output), reused for every batch, so the hot path allocates nothing.
  * A batch is described by segments (request, first row, row count, offset in the batch); after
  * the run each segment's output rows are copied back to its request.
+ *
+ * Wake-ups (the cost that dominates small models on few cores): the requests a batch finishes
+ * are handed back inside tpu_queue_defer_begin/flush, so each I/O thread gets them as one
+ * append and at most one eventfd write per batch; submit signals the condition variable after
+ * releasing mu, so the woken thread does not block on it at once. The thread never spins before
+ * sleeping: with the client on the same 2 vCPUs spinning took its CPU (measured: 1-connection
+ * throughput halved, no gain at 64).
  */
 #include "batcher.h"
 
