@@ -305,9 +305,10 @@ static void on_event(struct bufferevent *bev, short what, void *arg) {
       ERR_error_string_n(e, why, sizeof why);
       while (bufferevent_get_openssl_error(bev)) {
       }
-      conn_close(conn, conn->handshaking ? "TLS handshake failed" : "TLS error");
+      /* Log first: conn_close frees a connection with nothing in flight. */
       tpu_log_debug("connection %llu from %s: %s", (unsigned long long)conn->serial, conn->peer,
                     why);
+      conn_close(conn, conn->handshaking ? "TLS handshake failed" : "TLS error");
       return;
     }
     conn_close(conn, strerror(EVUTIL_SOCKET_ERROR()));
