@@ -214,42 +214,8 @@ int tpu__infer_submit(tpu__io_t *io, const char *client, Inference__ModelInferRe
   }
   tpu_vinput_t vin[TPU_VALIDATE_MAX_TENSORS];
   const char *vout[TPU_VALIDATE_MAX_TENSORS];
-  for (size_t i = 0; i < q->n_inputs; i++) {
-    Inference__ModelInferRequest__InferInputTensor *t = q->inputs[i];
-    tpu_vinput_t *v = &vin[i];
-    memset(v, 0, sizeof *v);
-    v->name = t->name;
-    v->datatype = t->datatype;
-    v->shape = t->shape;
-    v->rank = t->n_shape;
-    if (q->n_raw_input_contents && i < q->n_raw_input_contents) {
-      v->has_raw = 1;
-      v->raw = q->raw_input_contents[i].data;
-      v->raw_len = q->raw_input_contents[i].len;
-    }
-    Inference__InferTensorContents *c = t->contents;
-    if (c) {
-      v->fp32 = c->fp32_contents;
-      v->n_fp32 = c->n_fp32_contents;
-      struct {
-        size_t n;
-        const char *field;
-      } other[] = {{c->n_bool_contents, "contents.bool_contents"},
-                   {c->n_int_contents, "contents.int_contents"},
-                   {c->n_int64_contents, "contents.int64_contents"},
-                   {c->n_uint_contents, "contents.uint_contents"},
-                   {c->n_uint64_contents, "contents.uint64_contents"},
-                   {c->n_fp64_contents, "contents.fp64_contents"},
-                   {c->n_bytes_contents, "contents.bytes_contents"}};
-      for (size_t k = 0; k < sizeof other / sizeof other[0]; k++) {
-        if (other[k].n && !v->n_other_typed) v->other_field = other[k].field;
-        v->n_other_typed += other[k].n;
-      }
-    }
-  }
-  for (size_t j = 0; j < q->n_outputs; j++) vout[j] = q->outputs[j]->name;
-  tpu_vrequest_t vr = {.inputs = vin, .ninputs = q->n_inputs, .n_raw = q->n_raw_input_contents,
-                       .outputs = vout, .noutputs = q->n_outputs};
+  tpu_vrequest_t vr;
+  tpu_validate_describe_request(q, vin, vout, &vr);
   tpu_vresult_t res;
   code = tpu_validate_infer(&m->vmodel, &vr, &res, msg, msglen);
   if (code != TPU_CODE_OK) goto free_q;

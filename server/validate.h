@@ -67,6 +67,15 @@ typedef struct {
   unsigned char want_output[TPU_VALIDATE_MAX_TENSORS]; /* model output j is to be returned */
 } tpu_vresult_t;
 
+struct Inference__ModelInferRequest;
+
+/* Describes a decoded ModelInferRequest for tpu_validate_infer: fills vin[] and vout[] (one
+ * entry per input and output; the caller has checked both counts against
+ * TPU_VALIDATE_MAX_TENSORS) and *req. Every pointer points into q, which must outlive them.
+ * The one mapping from the protobuf request, shared by the server and the fuzz target. */
+void tpu_validate_describe_request(const struct Inference__ModelInferRequest *q,
+                                   tpu_vinput_t *vin, const char **vout, tpu_vrequest_t *req);
+
 /* Validates an inference request against a model. Returns TPU_CODE_OK (0) and fills *res, or
  * TPU_CODE_INVALID_ARGUMENT with msg (msglen bytes) saying what was wrong. */
 int tpu_validate_infer(const tpu_vmodel_t *model, const tpu_vrequest_t *req, tpu_vresult_t *res,
