@@ -3,7 +3,7 @@
 # `apt-get update`. Safe to run any number of times; a no-op once everything is present.
 #
 #   deploy/deps.sh           build and test dependencies (what `make test` and `make run` need)
-#   deploy/deps.sh bench     also the benchmark anchors (oneDNN, OpenBLAS) and load tools
+#   deploy/deps.sh bench     also the benchmark anchors (oneDNN, OpenBLAS) and load tools (h2load)
 #   deploy/deps.sh fuzz      also clang and its sanitizer runtimes
 #   deploy/deps.sh deploy    also what `make deploy-test` needs: podman and buildah (with runc,
 #                            not crun), debootstrap for the base image, HAProxy, docker-compose
@@ -13,10 +13,11 @@ set -euo pipefail
 build_pkgs=(
   cmake make gcc pkg-config
   libevent-dev libprotobuf-c-dev protobuf-c-compiler
-  libssl-dev openssl libjansson-dev libcunit1-dev
+  libssl-dev openssl libjansson-dev libcunit1-dev libnghttp2-dev
   python3 python3-numpy curl
+  python3-grpcio protobuf-compiler protobuf-compiler-grpc
 )
-bench_pkgs=(libdnnl-dev libopenblas-dev g++)
+bench_pkgs=(libdnnl-dev libopenblas-dev g++ nghttp2-client)
 fuzz_pkgs=(clang libclang-rt-14-dev)
 # runc is listed so that podman's "crun | runc" dependency is met by runc.
 deploy_pkgs=(podman buildah runc debootstrap haproxy docker-compose ca-certificates)

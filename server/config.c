@@ -64,6 +64,10 @@ static const opt_t options[] = {
      "requests", "stop reading a connection with more requests than this in flight"},
     {"max-unsent-bytes", OPT_U64, OFF(max_unsent_bytes), 0, 1024, (uint64_t)1 << 34, "16777216",
      "bytes", "stop reading a connection with more unsent output than this (16 MiB)"},
+    {"grpc-max-streams", OPT_UINT, OFF(grpc_max_streams), 0, 1, 100000, "100", "streams",
+     "gRPC (HTTP/2) on the native port: concurrent streams a connection may open"},
+    {"grpc-max-header-bytes", OPT_UINT, OFF(grpc_max_header_bytes), 0, 1024, 1u << 20, "16384",
+     "bytes", "gRPC: largest header list of one request (name + value + 32 per field)"},
     {"queue-rows", OPT_UINT, OFF(queue_rows), 0, 1, 100000000, "4096", "rows",
      "rows queued per model version; beyond it requests get RESOURCE_EXHAUSTED"},
     {"drain-timeout-s", OPT_UINT, OFF(drain_timeout_s), 0, 0, 3600, "10", "seconds",
@@ -124,6 +128,8 @@ void tpu_config_defaults(tpu_config_t *cfg) {
   cfg->max_message_bytes = 64u << 20;
   cfg->max_inflight_per_conn = 128;
   cfg->max_unsent_bytes = 16u << 20;
+  cfg->grpc_max_streams = 100;
+  cfg->grpc_max_header_bytes = 16384;
   cfg->queue_rows = 4096;
   cfg->drain_timeout_s = 10;
   cfg->poll_seconds = 5;

@@ -33,6 +33,8 @@ typedef struct {
   uint64_t max_message_bytes;  /* bytes: largest frame accepted or sent */
   unsigned max_inflight_per_conn; /* requests; reading pauses above this */
   uint64_t max_unsent_bytes;   /* bytes of unsent output per connection; reading pauses above */
+  unsigned grpc_max_streams;   /* gRPC/HTTP2: SETTINGS_MAX_CONCURRENT_STREAMS */
+  unsigned grpc_max_header_bytes; /* gRPC/HTTP2: largest request header list (RFC 7541 size) */
   unsigned queue_rows;         /* rows queued per model version before RESOURCE_EXHAUSTED */
   unsigned drain_timeout_s;    /* seconds in-flight requests get to finish on SIGTERM */
   unsigned poll_seconds;       /* seconds: repository rescan period; 0 disables */

@@ -572,6 +572,5 @@ void tpu__handle_request(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t
 refuse:
   if (audited) tpu__audit_reject(srv, conn->who, NULL, NULL, NULL, code, msg);
   reply_error(conn, id, code, msg, NULL);
-out:
-  tpu_envelope_request_free(env);
+out:;
 }

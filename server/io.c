@@ -99,6 +99,7 @@ static void conn_close(tpu__conn_t *conn, const char *why) {
   conn->closed = 1;
   bufferevent_free(conn->bev); /* BEV_OPT_CLOSE_ON_FREE: closes the socket */
   conn->bev = NULL;
+  tpu__grpc_free(conn);
   tpu_stats_dec(&tpu_stats.connections_open);
   for (tpu__call_t *c = conn->calls; c; c = c->next) atomic_store(&c->cancel, 1);
   if (conn->prev)
@@ -111,12 +112,18 @@ static void conn_close(tpu__conn_t *conn, const char *why) {
   if (conn->ncalls == 0) conn_free(conn);
 }
 
+void tpu__conn_close(tpu__conn_t *conn, const char *why) { conn_close(conn, why); }
+
 /* ---- output ---- */
 
 static void free_frame(const void *data, size_t len, void *arg) { free(arg); }
 
 void tpu__conn_send(tpu__conn_t *conn, const tpu_envelope_response_t *resp) {
   if (conn->closed) return;
+  if (conn->h2) {
+    tpu__grpc_send(conn, resp);
+    return;
+  }
   uint8_t *frame = NULL;
   size_t len = 0;
   tpu_proto_error_t perr;
@@ -193,8 +200,94 @@ static void fatal_frame(tpu__conn_t *conn, int code, const char *msg) {
   if (evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0) conn_close(conn, msg);
 }
 
+/* ---- HTTP/2 (grpc.c) ---- */
+
+/* Bytes handed to nghttp2 at a time: back-pressure is checked between slices. */
+#define H2_SLICE 4096
+
+void tpu__conn_flush(tpu__conn_t *conn) {
+  if (conn->closed || !conn->h2) return;
+  struct evbuffer *out = bufferevent_get_output(conn->bev);
+  if (tpu__grpc_output(conn, out, conn->io->srv->cfg.max_unsent_bytes) != 0 &&
+      !conn->close_after_write) {
+    conn->close_after_write = 1;
+    bufferevent_disable(conn->bev, EV_READ);
+  }
+}
+
+/* Flushes; closes the connection (which may free it) when it is over and all is written. */
+static void h2_flush(tpu__conn_t *conn) {
+  tpu__conn_flush(conn);
+  if (!conn->closed && conn->close_after_write &&
+      evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0)
+    conn_close(conn, "HTTP/2 session over");
+}
+
+void tpu__conn_settled(tpu__conn_t *conn) {
+  const tpu_config_t *cfg = &conn->io->srv->cfg;
+  struct timeval tv = {.tv_sec = cfg->idle_timeout_s};
+  bufferevent_set_timeouts(conn->bev, cfg->idle_timeout_s ? &tv : NULL, NULL);
+}
+
+static void h2_process(tpu__conn_t *conn) {
+  struct evbuffer *in = bufferevent_get_input(conn->bev);
+  while (!conn->closed && !conn->read_paused && !conn->close_after_write) {
+    struct evbuffer_iovec v;
+    if (evbuffer_peek(in, -1, NULL, &v, 1) < 1 || v.iov_len == 0) break;
+    size_t n = v.iov_len < H2_SLICE ? v.iov_len : H2_SLICE;
+    int rc = tpu__grpc_recv(conn, v.iov_base, n);
+    evbuffer_drain(in, n);
+    if (rc != 0) {
+      conn->close_after_write = 1;
+      bufferevent_disable(conn->bev, EV_READ);
+      break;
+    }
+    maybe_pause(conn);
+  }
+  h2_flush(conn);
+}
+
+/* The first bytes (or ALPN) say what the client speaks: the HTTP/2 preface begins with 'P', a
+ * framed request with its flag byte (0 or 1). Returns 0, or -1 when the connection was closed. */
+static int choose_protocol(tpu__conn_t *conn) {
+  int h2 = 0;
+  if (conn->io->srv->tls) {
+    SSL *ssl = bufferevent_openssl_get_ssl(conn->bev);
+    const unsigned char *p = NULL;
+    unsigned int l = 0;
+    if (ssl) SSL_get0_alpn_selected(ssl, &p, &l);
+    h2 = l == 2 && memcmp(p, TPU_TLS_ALPN_H2, 2) == 0;
+  }
+  uint8_t b = 0;
+  evbuffer_copyout(bufferevent_get_input(conn->bev), &b, 1);
+  if (b == 'P') h2 = 1;
+  if (!h2) {
+    conn->proto = TPU__PROTO_FRAMED;
+    return 0;
+  }
+  if (tpu__grpc_open(conn) != 0) {
+    conn_close(conn, "out of memory");
+    return -1;
+  }
+  conn->proto = TPU__PROTO_H2;
+  /* Until the client acknowledges our SETTINGS it has the handshake's time, not the idle's. */
+  struct timeval tv = {.tv_sec = conn->io->srv->cfg.tls_handshake_timeout_s};
+  bufferevent_set_timeouts(conn->bev, &tv, NULL);
+  tpu_log_debug("connection %llu from %s: gRPC over HTTP/2", (unsigned long long)conn->serial,
+                conn->peer);
+  return 0;
+}
+
 static void conn_process(tpu__conn_t *conn) {
   tpu_server_t *srv = conn->io->srv;
+  if (conn->proto == TPU__PROTO_UNKNOWN) {
+    if (conn->closed || evbuffer_get_length(bufferevent_get_input(conn->bev)) == 0) return;
+    if (choose_protocol(conn) != 0) return;
+  }
+  if (conn->h2) {
+    h2_process(conn);
+    return;
+  }
   while (!conn->closed && !conn->read_paused && !conn->close_after_write) {
     struct evbuffer *in = bufferevent_get_input(conn->bev);
     size_t avail = evbuffer_get_length(in);
@@ -232,6 +325,7 @@ static void conn_process(tpu__conn_t *conn) {
       }
     } else {
       tpu__handle_request(conn, env, now);
+      tpu_envelope_request_free(env);
     }
     maybe_pause(conn);
   }
@@ -241,6 +335,7 @@ static void on_read(struct bufferevent *bev, void *arg) { conn_process(arg); }
 
 static void on_write(struct bufferevent *bev, void *arg) {
   tpu__conn_t *conn = arg;
+  if (conn->h2) tpu__conn_flush(conn); /* frames nghttp2 held back at max-unsent-bytes */
   if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
     if (conn->close_after_write) {
       conn_close(conn, "closed after a fatal frame error");
@@ -279,10 +374,21 @@ static void on_event(struct bufferevent *bev, short what, void *arg) {
     conn_close(conn, "TLS handshake timeout");
     return;
   }
+  if ((what & BEV_EVENT_TIMEOUT) && conn->h2 && !tpu__grpc_settled(conn)) {
+    tpu_stats_inc(&tpu_stats.bad_frames, 1);
+    conn_close(conn, "HTTP/2 SETTINGS not acknowledged in time");
+    return;
+  }
   if (what & BEV_EVENT_TIMEOUT) {
     if (conn->ncalls > 0 || evbuffer_get_length(bufferevent_get_output(bev)) > 0) {
       /* Not idle: the client waits for us. Re-arm (libevent disabled reading). */
       if (!conn->read_paused && !conn->close_after_write) bufferevent_enable(bev, EV_READ);
+      return;
+    }
+    if (conn->h2 && !conn->close_after_write) { /* say goodbye; close once it is written */
+      tpu__grpc_goaway(conn, "idle timeout");
+      conn->close_after_write = 1;
+      h2_flush(conn);
       return;
     }
     conn_close(conn, "idle timeout");
@@ -393,6 +499,10 @@ static void io_stop_now(tpu__io_t *io) {
   for (tpu__conn_t *c = io->conns; c; c = next) {
     next = c->next;
     bufferevent_disable(c->bev, EV_READ);
+    if (c->h2) {
+      tpu__grpc_goaway(c, "server stopping");
+      tpu__conn_flush(c);
+    }
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
       conn_close(c, "server stopping");
   }
@@ -432,13 +542,17 @@ static void on_queue(evutil_socket_t fd, short what, void *arg) {
         break;
       }
       tpu__conn_t *conn = call->conn;
+      int was_closed = conn->closed;
       conn_untrack(conn, call);
-      if (!conn->closed) tpu__handle_done(conn, call);
+      if (!was_closed) tpu__handle_done(conn, call);
       else tpu__count(call->model, call->code);
       tpu__call_free(call);
       atomic_fetch_sub(&io->srv->inflight, 1);
-      if (conn->closed) {
+      if (was_closed) {
         if (conn->ncalls == 0) conn_free(conn);
+      } else if (conn->h2 && conn->close_after_write &&
+                 evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0) {
+        conn_close(conn, "HTTP/2 session over"); /* may free conn */
       } else {
         maybe_resume(conn);
       }

@@ -39,11 +39,13 @@
 #include "tpu_engine.h"
 #include "validate.h"
 
+struct evbuffer;
 struct tpu__http_slot;
 struct tpu__http_io;
 typedef struct tpu__io tpu__io_t;
 typedef struct tpu__conn tpu__conn_t;
 typedef struct tpu__call tpu__call_t;
+typedef struct tpu__h2 tpu__h2_t;
 
 /* Kinds of messages on an I/O thread's queue; every message starts with tpu__msg_t. */
 enum {
@@ -121,6 +123,9 @@ struct tpu__call {
   char client[TPU_AUTH_IDENTITY_MAX]; /* who asked (auth.h identity), for the audit record */
 };
 
+/* What a native-port connection speaks (io.c decides from its first bytes or ALPN). */
+enum { TPU__PROTO_UNKNOWN = 0, TPU__PROTO_FRAMED = 1, TPU__PROTO_H2 = 2 };
+
 /* A client connection, owned by one I/O thread. */
 struct tpu__conn {
   tpu__io_t *io;
@@ -133,6 +138,8 @@ struct tpu__conn {
   int read_paused;         /* back-pressure: reading disabled */
   int close_after_write;   /* a fatal frame error: flush the error, then close */
   int handshaking;         /* TLS: the handshake has not finished (handshake timeout armed) */
+  int proto;               /* TPU__PROTO_*: what the client speaks, known from its first bytes */
+  tpu__h2_t *h2;           /* gRPC over HTTP/2 (grpc.c); NULL for the framed protocol */
   char cert_cn[TPU_AUTH_MAX_NAME + 1];  /* verified client certificate's CN; "" = none */
   char cert_subject[160];  /* "CN=... SAN=..." for the audit log; "" = none */
   char who[TPU_AUTH_IDENTITY_MAX]; /* the current request's identity (set per request) */
@@ -207,8 +214,36 @@ void tpu__conn_send_error(tpu__conn_t *conn, uint64_t id, int code, const char *
 void tpu__conn_track(tpu__conn_t *conn, tpu__call_t *call);
 void tpu__call_free(tpu__call_t *call);
 
+/* Closes a connection (I/O thread); frees it unless calls are in flight. */
+void tpu__conn_close(tpu__conn_t *conn, const char *why);
+/* HTTP/2: moves what the session has to send into the connection's output, up to
+ * max-unsent-bytes; when the session is over (or failed) marks the connection to close once
+ * its output is written. Never closes the connection itself. */
+void tpu__conn_flush(tpu__conn_t *conn);
+/* HTTP/2: the client acknowledged our SETTINGS; the idle timeout replaces the handshake's. */
+void tpu__conn_settled(tpu__conn_t *conn);
+
+/* ---- grpc.c: gRPC over HTTP/2 on the native port (I/O thread) ---- */
+/* Starts an HTTP/2 server session on a connection (its SETTINGS are queued). 0 or -1. */
+int tpu__grpc_open(tpu__conn_t *conn);
+/* Frees the session and its streams; accepts a connection without one. */
+void tpu__grpc_free(tpu__conn_t *conn);
+/* Feeds received bytes (all are consumed). -1: a protocol error; the session queued its
+ * GOAWAY (unless the bytes were not HTTP/2 at all) and the connection must close after it. */
+int tpu__grpc_recv(tpu__conn_t *conn, const uint8_t *data, size_t len);
+/* Appends the session's outgoing frames to out until it holds `limit` bytes. 0: the session
+ * goes on; 1: it is over (both sides done, or after GOAWAY); -1: an error. */
+int tpu__grpc_output(tpu__conn_t *conn, struct evbuffer *out, size_t limit);
+/* Answers the stream resp->id (from tpu__conn_send); dropped when the client reset it. */
+void tpu__grpc_send(tpu__conn_t *conn, const tpu_envelope_response_t *resp);
+/* Queues a graceful GOAWAY (NO_ERROR, streams already begun are still answered). */
+void tpu__grpc_goaway(tpu__conn_t *conn, const char *why);
+/* Whether the client has acknowledged our SETTINGS. */
+int tpu__grpc_settled(const tpu__conn_t *conn);
+
 /* ---- handlers.c ---- */
-/* Serves one decoded request envelope (I/O thread); takes ownership of env. */
+/* Serves one decoded request envelope (I/O thread); env is borrowed: nothing is kept from it
+ * after the return (the payload is unpacked into new memory). */
 void tpu__handle_request(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t received_us);
 /* Encodes and sends the response of a completed compute call (I/O thread). */
 void tpu__handle_done(tpu__conn_t *conn, tpu__call_t *call);

@@ -35,20 +35,24 @@ void tpu_tls_last_error(char *out, size_t outlen) {
   snprintf(out, outlen, "%s", buf);
 }
 
-/* ALPN: pick ours from the client's list; no match (or none offered) goes on without ALPN. */
+/* ALPN: the first of ours (arg: a comma-separated list, in our order of preference) that the
+ * client offers; no match (or none offered) goes on without ALPN. */
 static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                        const unsigned char *in, unsigned int inlen, void *arg) {
-  const char *want = arg;
-  size_t wl = strlen(want);
-  for (unsigned int i = 0; i < inlen;) {
-    unsigned int l = in[i];
-    if (i + 1 + l > inlen) break;
-    if (l == wl && memcmp(in + i + 1, want, wl) == 0) {
-      *out = in + i + 1;
-      *outlen = (unsigned char)l;
-      return SSL_TLSEXT_ERR_OK;
+  for (const char *want = arg; *want;) {
+    size_t wl = strcspn(want, ",");
+    for (unsigned int i = 0; i < inlen;) {
+      unsigned int l = in[i];
+      if (i + 1 + l > inlen) break;
+      if (l == wl && memcmp(in + i + 1, want, wl) == 0) {
+        *out = in + i + 1;
+        *outlen = (unsigned char)l;
+        return SSL_TLSEXT_ERR_OK;
+      }
+      i += 1 + l;
     }
-    i += 1 + l;
+    want += wl;
+    if (*want == ',') want++;
   }
   return SSL_TLSEXT_ERR_NOACK;
 }
@@ -114,7 +118,7 @@ static SSL_CTX *build_ctx(const tpu_tls_t *t, tpu_tls_port_t port, char *err, si
   static const unsigned char sid[] = "tpud";
   SSL_CTX_set_session_id_context(ctx, sid, sizeof sid - 1);
   SSL_CTX_set_alpn_select_cb(ctx, alpn_select,
-                             (void *)(port == TPU_TLS_NATIVE ? TPU_TLS_ALPN_NATIVE : "http/1.1"));
+                             (void *)(port == TPU_TLS_NATIVE ? TPU_TLS_ALPN_NATIVE_LIST : "http/1.1"));
   return ctx;
 fail:
   SSL_CTX_free(ctx);

@@ -20,9 +20,10 @@
  * health endpoints; every other HTTPS request without a certificate needs a bearer token or is
  * answered 401 (http.c).
  *
- * ALPN: the native port selects "tpud/1" when the client offers it; "h2" is reserved for gRPC
- * over HTTP/2 and not selected until that is served. A client that offers no ALPN, or none we
- * know, still connects (no ALPN in the answer) and is assumed to speak tpud/1.
+ * ALPN: the native port selects "h2" (gRPC over HTTP/2, grpc.c) or "tpud/1" (the framed
+ * protocol), whichever the client offers, h2 first; the HTTP port selects "http/1.1". A client
+ * that offers no ALPN, or none we know, still connects (no ALPN in the answer) and the native
+ * port tells the two protocols apart by the first bytes (io.c).
  */
 #ifndef TPU_TLS_H
 #define TPU_TLS_H
@@ -31,6 +32,9 @@
 #include <stddef.h>
 
 #define TPU_TLS_ALPN_NATIVE "tpud/1"
+#define TPU_TLS_ALPN_H2 "h2"
+/* What the native port selects, in order of preference. */
+#define TPU_TLS_ALPN_NATIVE_LIST TPU_TLS_ALPN_H2 "," TPU_TLS_ALPN_NATIVE
 
 typedef struct {
   const char *cert_file;      /* PEM certificate chain (leaf first) */

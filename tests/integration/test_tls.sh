@@ -157,10 +157,14 @@ out=$(echo "$BODY" | ctl $CA $ALICE infer digits - 2>&1)
 echo "$out" | grep -q '"model_name":"digits"' && ok "tpuctl infer over mTLS" || fail "infer over mTLS: $out"
 out=$(echo | timeout 5 openssl s_client -connect 127.0.0.1:$NPORT -CAfile "$P/ca.pem" \
   -cert "$P/alice.pem" -key "$P/alice.key" -alpn h2,tpud/1 2>&1)
-echo "$out" | grep -q "ALPN protocol: tpud/1" && echo "$out" | grep -q "^New, TLSv1.3" &&
+echo "$out" | grep -q "ALPN protocol: h2" && echo "$out" | grep -q "^New, TLSv1.3" &&
   echo "$out" | grep -q "Verify return code: 0" &&
-  ok "s_client: TLSv1.3, ALPN tpud/1 chosen over h2, server certificate verifies" ||
+  ok "s_client: TLSv1.3, ALPN h2 (gRPC) chosen first, server certificate verifies" ||
   fail "s_client: $(echo "$out" | grep -E 'ALPN|New,|Verify')"
+out=$(echo | timeout 5 openssl s_client -connect 127.0.0.1:$NPORT -CAfile "$P/ca.pem" \
+  -cert "$P/alice.pem" -key "$P/alice.key" -alpn foo,tpud/1 2>&1)
+echo "$out" | grep -q "ALPN protocol: tpud/1" && ok "s_client: ALPN tpud/1 when h2 is not offered" ||
+  fail "s_client ALPN tpud/1: $(echo "$out" | grep -E 'ALPN|New,')"
 out=$(echo | timeout 5 openssl s_client -connect 127.0.0.1:$NPORT -CAfile "$P/ca.pem" \
   -cert "$P/alice.pem" -key "$P/alice.key" -tls1_2 2>&1)
 echo "$out" | grep -Eq "^New, TLSv1.2, Cipher is ECDHE-ECDSA-(AES(128|256)-GCM|CHACHA20)" &&

@@ -1,0 +1,599 @@
+/*
+ * grpc.c - gRPC over HTTP/2 on the native port, with nghttp2, so that stock gRPC clients (KServe
+ * v2 and Triton client libraries, grpcurl, h2load) talk to tpud unchanged.
+ *
+ * DESIGN
+ * A connection on the native port speaks either tpud's framed protocol or HTTP/2; io.c decides
+ * from its first bytes (the HTTP/2 preface starts with 'P', a frame with flag 0 or 1) or from
+ * ALPN "h2" under TLS, and then hands an HTTP/2 connection's bytes to this file. Everything
+ * above the wire is shared with the framed protocol: each gRPC call becomes a request envelope
+ * (id = the stream id, method from :path, timeout from grpc-timeout, "authorization" metadata,
+ * the message as payload) served by tpu__handle_request (handlers.c), so access control,
+ * validation, batching, audit and counting are the very same code. Answers come back through
+ * tpu__conn_send, which for an HTTP/2 connection lands here (tpu__grpc_send) and becomes
+ * HEADERS, DATA (the 5-byte prefix and the message) and trailers (grpc-status, grpc-message),
+ * or one trailers-only HEADERS frame for an error.
+ *
+ * The nghttp2 session does no I/O: io.c feeds it the bufferevent's input (tpu__grpc_recv, in
+ * slices, checking back-pressure between slices) and drains its output into the bufferevent
+ * (tpu__grpc_output, stopping at max-unsent-bytes; the write callback asks for more). Answers
+ * submitted from inside a receive callback are only queued; io.c flushes after the slice.
+ *
+ * Streams: a stream's request body is gathered (bounded by max-message-bytes, and all streams of
+ * a connection together by the same figure) and dispatched at END_STREAM. A stream the client
+ * resets (RST_STREAM) while its call is in flight sets that call's cancel flag, the flag a closed
+ * connection sets for all of its calls: a call still queued is dropped and counted CANCELLED.
+ * Limits (the anchors' defaults): --grpc-max-streams concurrent streams (100), a header list of
+ * --grpc-max-header-bytes (16 KiB), nghttp2's stream-reset rate limit against rapid reset
+ * (CVE-2023-44487: 1000 resets at once, then 33 a second, else GOAWAY), its CONTINUATION limit,
+ * its SETTINGS and PING/ACK flood limits; a client that does not acknowledge our SETTINGS
+ * within --tls-handshake-timeout-s is closed; the idle timeout closes with GOAWAY. Calls in flight
+ * count against --max-inflight-per-conn like framed requests, even after their stream is reset,
+ * so resetting streams buys no extra compute.
+ */
+#include <ctype.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <inttypes.h>
+#include <nghttp2/nghttp2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "log.h"
+#include "server_int.h"
+
+/* nghttp2's own defaults for the rapid-reset limit (1.57), set explicitly. */
+#define H2_RESET_BURST 1000
+#define H2_RESET_RATE 33
+/* Per-stream receive window we advertise: a ModelInfer of a few hundred KiB in one round trip. */
+#define H2_STREAM_WINDOW (1u << 20)
+#define H2_CONN_WINDOW (16u << 20)
+
+typedef enum { S_READING, S_DISPATCHED, S_ANSWERED } stream_state_t;
+
+typedef struct h2_stream {
+  struct h2_stream *prev, *next; /* the connection's open streams */
+  int32_t id;
+  stream_state_t state;
+  int method;            /* Tpud__Method from :path; 0 = not a method we serve */
+  char path[128];        /* for messages (truncated) */
+  int bad_method;        /* :method not POST */
+  int bad_type;          /* content-type not application/grpc */
+  int has_timeout;
+  uint64_t timeout_us;
+  char *authz;           /* "authorization" value (malloc'd), NULL when absent */
+  size_t header_bytes;
+  /* A refusal decided while reading (code != OK), answered at the end of the headers. */
+  int code;
+  char msg[256];
+  /* The request message (prefix included) as it arrives. */
+  uint8_t *body;
+  size_t len, cap;
+  /* The answer's DATA (prefix + message) and where nghttp2 is in it. */
+  uint8_t *out;
+  size_t out_len, out_off;
+} h2_stream_t;
+
+struct tpu__h2 {
+  nghttp2_session *session;
+  tpu__conn_t *conn;
+  int in_recv;           /* inside nghttp2_session_mem_recv: submit, don't send */
+  int settings_acked;
+  size_t body_bytes;     /* request bytes buffered over all streams */
+  size_t pending_out;    /* answer bytes submitted and not yet framed */
+  h2_stream_t *streams;  /* open streams (freed with the session) */
+};
+
+/* ---- helpers ---- */
+
+static tpu_server_t *srv_of(tpu__h2_t *h) { return h->conn->io->srv; }
+
+static void stream_free(tpu__h2_t *h, h2_stream_t *s) {
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    h->streams = s->next;
+  if (s->next) s->next->prev = s->prev;
+  h->body_bytes -= s->cap;
+  h->pending_out -= s->out_len - s->out_off;
+  free(s->body);
+  free(s->out);
+  free(s->authz);
+  free(s);
+}
+
+static void drop_body(tpu__h2_t *h, h2_stream_t *s) {
+  h->body_bytes -= s->cap;
+  free(s->body);
+  s->body = NULL;
+  s->len = s->cap = 0;
+}
+
+/* grpc-message is percent-encoded: bytes outside printable ASCII, and '%'. */
+static void percent_encode(const char *in, char *out, size_t outlen) {
+  static const char hex[] = "0123456789ABCDEF";
+  size_t o = 0;
+  for (const unsigned char *p = (const unsigned char *)in; *p && o + 4 < outlen; p++) {
+    if (*p >= 0x20 && *p <= 0x7e && *p != '%') {
+      out[o++] = (char)*p;
+    } else {
+      out[o++] = '%';
+      out[o++] = hex[*p >> 4];
+      out[o++] = hex[*p & 15];
+    }
+  }
+  out[o] = '\0';
+}
+
+#define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
+
+/* The trailers-only answer of a failed call (one HEADERS frame with END_STREAM). */
+static void respond_error(tpu__h2_t *h, h2_stream_t *s, int code, const char *msg) {
+  char status[8], pmsg[700];
+  snprintf(status, sizeof status, "%d", code);
+  percent_encode(msg ? msg : "", pmsg, sizeof pmsg);
+  const char *http = s->bad_type ? "415" : s->bad_method ? "405" : "200";
+  nghttp2_nv nva[] = {NV(":status", http), NV("content-type", "application/grpc"),
+                      NV("grpc-status", status), NV("grpc-message", pmsg)};
+  s->state = S_ANSWERED;
+  int rv = nghttp2_submit_response(h->session, s->id, nva, pmsg[0] ? 4 : 3, NULL);
+  if (rv != 0)
+    tpu_log_debug("connection %llu stream %d: cannot answer: %s",
+                  (unsigned long long)h->conn->serial, s->id, nghttp2_strerror(rv));
+}
+
+/* Refusals decided here (not by handlers.c) are counted and audited like theirs. */
+static void refuse(tpu__h2_t *h, h2_stream_t *s, int code, const char *msg) {
+  tpu__conn_t *conn = h->conn;
+  tpu__count(NULL, code);
+  tpu__audit_reject(srv_of(h), conn->who[0] ? conn->who : conn->peer, NULL, NULL, NULL, code,
+                    msg);
+  tpu_log_debug("connection %llu stream %d: %s: %s", (unsigned long long)conn->serial, s->id,
+                tpu_code_name(code), msg);
+  respond_error(h, s, code, msg);
+}
+
+static void refuse_later(h2_stream_t *s, int code, const char *fmt, const char *arg) {
+  if (s->code != TPU_CODE_OK) return; /* the first reason stands */
+  s->code = code;
+  snprintf(s->msg, sizeof s->msg, fmt, arg);
+}
+
+/* grpc-timeout: 1 to 8 digits and a unit (H M S m u n). 0 on success. */
+static int parse_timeout(const uint8_t *v, size_t len, uint64_t *us) {
+  if (len < 2 || len > 9) return -1;
+  uint64_t n = 0;
+  for (size_t i = 0; i + 1 < len; i++) {
+    if (v[i] < '0' || v[i] > '9') return -1;
+    n = n * 10 + (uint64_t)(v[i] - '0');
+  }
+  switch (v[len - 1]) {
+  case 'H': n *= 3600ull * 1000000; break;
+  case 'M': n *= 60ull * 1000000; break;
+  case 'S': n *= 1000000; break;
+  case 'm': n *= 1000; break;
+  case 'u': break;
+  case 'n': n = (n + 999) / 1000; break;
+  default: return -1;
+  }
+  *us = n ? n : 1; /* a zero deadline has already passed: 1 µs, not "none" */
+  return 0;
+}
+
+static int method_of_path(const uint8_t *p, size_t len) {
+  for (int m = 1; m < 64; m++) {
+    const tpu_method_info_t *info = tpu_envelope_method_info(m);
+    if (!info) continue;
+    size_t sl = strlen(info->service), nl = strlen(info->name);
+    if (len == 2 + sl + nl && p[0] == '/' && memcmp(p + 1, info->service, sl) == 0 &&
+        p[1 + sl] == '/' && memcmp(p + 2 + sl, info->name, nl) == 0)
+      return m;
+  }
+  return 0;
+}
+
+/* ---- dispatch ---- */
+
+static void dispatch(tpu__h2_t *h, h2_stream_t *s) {
+  tpu__conn_t *conn = h->conn;
+  tpu_server_t *srv = srv_of(h);
+  if (s->state != S_READING) return;
+  s->state = S_DISPATCHED;
+  if (s->code != TPU_CODE_OK) {
+    refuse(h, s, s->code, s->msg);
+    return;
+  }
+  if (s->bad_method) {
+    refuse(h, s, TPU_CODE_UNIMPLEMENTED, "gRPC calls are POST requests");
+    return;
+  }
+  if (s->bad_type) {
+    refuse(h, s, TPU_CODE_INVALID_ARGUMENT,
+           "content-type must be application/grpc (tpud speaks gRPC with protobuf messages)");
+    return;
+  }
+  if (s->method == 0) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "unknown method %s: tpud serves /inference.GRPCInferenceService/"
+             "{ServerLive,ServerReady,ModelReady,ServerMetadata,ModelMetadata,ModelInfer} and "
+             "/tpud.TpudService/{ModelLoad,ModelUnload,MatMul,RepositoryIndex}", s->path);
+    refuse(h, s, TPU_CODE_UNIMPLEMENTED, msg);
+    return;
+  }
+  /* Exactly one length-prefixed message: tpud's methods are unary. */
+  char msg[256];
+  uint32_t mlen = 0;
+  tpu_proto_error_t perr;
+  if (s->len < TPU_FRAME_HEADER_SIZE) {
+    snprintf(msg, sizeof msg, "request has %zu bytes of body: expected a gRPC message (a 5-byte "
+             "prefix and a protobuf message)", s->len);
+    refuse(h, s, TPU_CODE_INVALID_ARGUMENT, msg);
+    return;
+  }
+  tpu_proto_status_t st = tpu_frame_parse_header(s->body, srv->cfg.max_message_bytes, &mlen, &perr);
+  if (st != TPU_PROTO_OK) {
+    refuse(h, s, tpu_proto_status_grpc_code(st), perr.msg);
+    return;
+  }
+  if ((size_t)mlen != s->len - TPU_FRAME_HEADER_SIZE) {
+    snprintf(msg, sizeof msg, "request body holds %zu bytes after the prefix, which announces %"
+             PRIu32 ": expected exactly one message (tpud's methods are unary)",
+             s->len - TPU_FRAME_HEADER_SIZE, mlen);
+    refuse(h, s, TPU_CODE_INVALID_ARGUMENT, msg);
+    return;
+  }
+  /* Calls of reset streams keep counting until their compute ends; within one input slice the
+   * pause in io.c cannot stop dispatch, so this is the hard bound. */
+  if (conn->ncalls >= (size_t)srv->cfg.max_inflight_per_conn + srv->cfg.grpc_max_streams) {
+    snprintf(msg, sizeof msg, "%zu calls in flight on this connection (max-inflight-per-conn %u "
+             "plus grpc-max-streams %u), counting those of reset streams", conn->ncalls,
+             srv->cfg.max_inflight_per_conn, srv->cfg.grpc_max_streams);
+    refuse(h, s, TPU_CODE_RESOURCE_EXHAUSTED, msg);
+    return;
+  }
+  Tpud__RequestEnvelope env = TPUD__REQUEST_ENVELOPE__INIT;
+  Tpud__RequestEnvelope__MetadataEntry authz = TPUD__REQUEST_ENVELOPE__METADATA_ENTRY__INIT;
+  Tpud__RequestEnvelope__MetadataEntry *md[1] = {&authz};
+  env.id = (uint64_t)s->id;
+  env.method = (Tpud__Method)s->method;
+  env.timeout_us = s->has_timeout ? s->timeout_us : 0;
+  if (s->authz) {
+    authz.key = "authorization";
+    authz.value = s->authz;
+    env.n_metadata = 1;
+    env.metadata = md;
+  }
+  env.payload.data = s->body + TPU_FRAME_HEADER_SIZE;
+  env.payload.len = mlen;
+  tpu__handle_request(conn, &env, tpu_now_us());
+  /* The payload was unpacked (copied); the body can go. s may be answered (and closed) by now
+   * only after the receive returns, so s is still valid here. */
+  drop_body(h, s);
+}
+
+/* ---- nghttp2 callbacks ---- */
+
+static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
+  tpu__h2_t *h = ud;
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  h2_stream_t *s = calloc(1, sizeof *s);
+  if (!s) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets the stream */
+  s->id = frame->hd.stream_id;
+  snprintf(s->path, sizeof s->path, "(none)");
+  nghttp2_session_set_stream_user_data(session, s->id, s);
+  s->next = h->streams;
+  if (h->streams) h->streams->prev = s;
+  h->streams = s;
+  return 0;
+}
+
+static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name,
+                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
+                     void *ud) {
+  tpu__h2_t *h = ud;
+  h2_stream_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+  if (!s || s->state != S_READING) return 0;
+  s->header_bytes += namelen + valuelen + 32;
+  if (s->header_bytes > srv_of(h)->cfg.grpc_max_header_bytes) {
+    char lim[24];
+    snprintf(lim, sizeof lim, "%u", srv_of(h)->cfg.grpc_max_header_bytes);
+    refuse_later(s, TPU_CODE_RESOURCE_EXHAUSTED,
+                 "request headers exceed grpc-max-header-bytes (%s bytes)", lim);
+    return 0;
+  }
+  if (frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0; /* client trailers: nothing used */
+#define IS(lit) (namelen == sizeof(lit) - 1 && memcmp(name, lit, namelen) == 0)
+  if (IS(":path")) {
+    s->method = method_of_path(value, valuelen);
+    size_t n = valuelen < sizeof s->path - 1 ? valuelen : sizeof s->path - 1;
+    memcpy(s->path, value, n);
+    s->path[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+      if (!isprint((unsigned char)s->path[i])) s->path[i] = '?';
+  } else if (IS(":method")) {
+    s->bad_method = !(valuelen == 4 && memcmp(value, "POST", 4) == 0);
+  } else if (IS("content-type")) {
+    static const char ct[] = "application/grpc";
+    size_t cl = sizeof ct - 1;
+    s->bad_type = !(valuelen >= cl && memcmp(value, ct, cl) == 0 &&
+                    (valuelen == cl || value[cl] == '+' || value[cl] == ';'));
+  } else if (IS("grpc-timeout")) {
+    if (parse_timeout(value, valuelen, &s->timeout_us) == 0) {
+      s->has_timeout = 1;
+    } else {
+      char v[16];
+      size_t n = valuelen < sizeof v - 1 ? valuelen : sizeof v - 1;
+      memcpy(v, value, n);
+      v[n] = '\0';
+      refuse_later(s, TPU_CODE_INVALID_ARGUMENT,
+                   "grpc-timeout '%s' is not valid: expected 1 to 8 digits and a unit "
+                   "(H, M, S, m, u or n)", v);
+    }
+  } else if (IS("authorization")) {
+    free(s->authz);
+    s->authz = malloc(valuelen + 1);
+    if (!s->authz) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    memcpy(s->authz, value, valuelen);
+    s->authz[valuelen] = '\0';
+  } else if (IS("grpc-encoding")) {
+    if (!(valuelen == 8 && memcmp(value, "identity", 8) == 0))
+      refuse_later(s, TPU_CODE_UNIMPLEMENTED,
+                   "%s", "grpc-encoding other than identity: tpud does not compress messages");
+  }
+#undef IS
+  return 0;
+}
+
+static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream_id,
+                         const uint8_t *data, size_t len, void *ud) {
+  tpu__h2_t *h = ud;
+  h2_stream_t *s = nghttp2_session_get_stream_user_data(session, stream_id);
+  if (!s || s->state != S_READING || s->code != TPU_CODE_OK) return 0; /* discarded */
+  const tpu_config_t *cfg = &srv_of(h)->cfg;
+  size_t limit = (size_t)cfg->max_message_bytes + TPU_FRAME_HEADER_SIZE;
+  char lim[40];
+  if (s->len + len > limit) {
+    snprintf(lim, sizeof lim, "%" PRIu64, cfg->max_message_bytes);
+    refuse_later(s, TPU_CODE_RESOURCE_EXHAUSTED,
+                 "request message exceeds max-message-bytes (%s bytes)", lim);
+  } else if (s->len + len > s->cap) {
+    size_t cap = s->cap ? s->cap : 1024;
+    while (cap < s->len + len) cap *= 2;
+    if (cap > limit) cap = limit;
+    if (h->body_bytes - s->cap + cap > limit) {
+      snprintf(lim, sizeof lim, "%" PRIu64, cfg->max_message_bytes);
+      refuse_later(s, TPU_CODE_RESOURCE_EXHAUSTED,
+                   "requests being received on this connection exceed max-message-bytes "
+                   "(%s bytes) together", lim);
+    } else {
+      uint8_t *b = realloc(s->body, cap);
+      if (!b) {
+        refuse_later(s, TPU_CODE_RESOURCE_EXHAUSTED, "%s", "out of memory");
+      } else {
+        h->body_bytes += cap - s->cap;
+        s->body = b;
+        s->cap = cap;
+      }
+    }
+  }
+  if (s->code != TPU_CODE_OK) {
+    /* Refused: answer now (the client may still be sending; the rest is discarded). */
+    drop_body(h, s);
+    s->state = S_DISPATCHED;
+    refuse(h, s, s->code, s->msg);
+    return 0;
+  }
+  memcpy(s->body + s->len, data, len);
+  s->len += len;
+  return 0;
+}
+
+static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
+  tpu__h2_t *h = ud;
+  switch (frame->hd.type) {
+  case NGHTTP2_SETTINGS:
+    if ((frame->hd.flags & NGHTTP2_FLAG_ACK) && !h->settings_acked) {
+      h->settings_acked = 1;
+      tpu__conn_settled(h->conn);
+    }
+    return 0;
+  case NGHTTP2_HEADERS:
+  case NGHTTP2_DATA: {
+    h2_stream_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (!s) return 0;
+    if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {
+      dispatch(h, s);
+    } else if (frame->hd.type == NGHTTP2_HEADERS && s->state == S_READING &&
+               (s->code != TPU_CODE_OK || s->method == 0 || s->bad_method || s->bad_type)) {
+      dispatch(h, s); /* refused from the headers alone: answer without waiting for the body */
+    }
+    return 0;
+  }
+  default:
+    return 0;
+  }
+}
+
+static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t error_code,
+                           void *ud) {
+  tpu__h2_t *h = ud;
+  h2_stream_t *s = nghttp2_session_get_stream_user_data(session, stream_id);
+  if (!s) return 0;
+  if (s->state == S_DISPATCHED) {
+    /* Closed before its answer: the client reset it (or the connection is going). */
+    for (tpu__call_t *c = h->conn->calls; c; c = c->next)
+      if (c->id == (uint64_t)stream_id) {
+        atomic_store(&c->cancel, 1);
+        break;
+      }
+    tpu_log_debug("connection %llu stream %d reset by the client (%s) before its answer",
+                  (unsigned long long)h->conn->serial, stream_id,
+                  nghttp2_http2_strerror(error_code));
+  }
+  nghttp2_session_set_stream_user_data(session, stream_id, NULL);
+  stream_free(h, s);
+  return 0;
+}
+
+static ssize_t read_answer(nghttp2_session *session, int32_t stream_id, uint8_t *buf,
+                           size_t length, uint32_t *data_flags, nghttp2_data_source *source,
+                           void *ud) {
+  tpu__h2_t *h = ud;
+  h2_stream_t *s = source->ptr;
+  size_t n = s->out_len - s->out_off;
+  if (n > length) n = length;
+  memcpy(buf, s->out + s->out_off, n);
+  s->out_off += n;
+  h->pending_out -= n;
+  if (s->out_off == s->out_len) {
+    *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+    nghttp2_nv trailers[] = {NV("grpc-status", "0")};
+    int rv = nghttp2_submit_trailer(session, stream_id, trailers, 1);
+    if (rv != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  }
+  return (ssize_t)n;
+}
+
+static int on_error(nghttp2_session *session, int lib_error_code, const char *msg, size_t len,
+                    void *ud) {
+  tpu__h2_t *h = ud;
+  tpu_log_debug("connection %llu from %s: HTTP/2: %.*s", (unsigned long long)h->conn->serial,
+                h->conn->peer, (int)len, msg);
+  return 0;
+}
+
+/* ---- the interface to io.c and handlers.c ---- */
+
+int tpu__grpc_open(tpu__conn_t *conn) {
+  const tpu_config_t *cfg = &conn->io->srv->cfg;
+  tpu__h2_t *h = calloc(1, sizeof *h);
+  nghttp2_session_callbacks *cb = NULL;
+  nghttp2_option *opt = NULL;
+  if (!h || nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0) goto fail;
+  h->conn = conn;
+  nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
+  nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+  nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+  nghttp2_session_callbacks_set_error_callback2(cb, on_error);
+  nghttp2_option_set_stream_reset_rate_limit(opt, H2_RESET_BURST, H2_RESET_RATE);
+  nghttp2_option_set_max_settings(opt, 32);
+  if (nghttp2_session_server_new2(&h->session, cb, h, opt) != 0) goto fail;
+  nghttp2_session_callbacks_del(cb);
+  nghttp2_option_del(opt);
+  cb = NULL;
+  opt = NULL;
+  nghttp2_settings_entry iv[] = {
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, cfg->grpc_max_streams},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, H2_STREAM_WINDOW},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, cfg->grpc_max_header_bytes},
+  };
+  if (nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, iv, 3) != 0 ||
+      nghttp2_session_set_local_window_size(h->session, NGHTTP2_FLAG_NONE, 0, H2_CONN_WINDOW) != 0)
+    goto fail;
+  conn->h2 = h;
+  return 0;
+fail:
+  if (cb) nghttp2_session_callbacks_del(cb);
+  if (opt) nghttp2_option_del(opt);
+  if (h && h->session) nghttp2_session_del(h->session);
+  free(h);
+  return -1;
+}
+
+void tpu__grpc_free(tpu__conn_t *conn) {
+  tpu__h2_t *h = conn->h2;
+  if (!h) return;
+  conn->h2 = NULL;
+  /* nghttp2_session_del calls no stream-close callback: free the streams' data here. */
+  nghttp2_session_del(h->session);
+  while (h->streams) stream_free(h, h->streams);
+  free(h);
+}
+
+int tpu__grpc_recv(tpu__conn_t *conn, const uint8_t *data, size_t len) {
+  tpu__h2_t *h = conn->h2;
+  h->in_recv = 1;
+  ssize_t n = nghttp2_session_mem_recv(h->session, data, len);
+  h->in_recv = 0;
+  if (n >= 0) return 0;
+  tpu_stats_inc(&tpu_stats.bad_frames, 1);
+  tpu_log_warn("connection %llu from %s: HTTP/2 error: %s; closing", (unsigned long long)conn->serial,
+               conn->peer,
+               n == NGHTTP2_ERR_BAD_CLIENT_MAGIC ? "not the HTTP/2 connection preface"
+                                                 : nghttp2_strerror((int)n));
+  if (n != NGHTTP2_ERR_BAD_CLIENT_MAGIC)
+    nghttp2_session_terminate_session(h->session, n == NGHTTP2_ERR_FLOODED
+                                                      ? NGHTTP2_ENHANCE_YOUR_CALM
+                                                      : NGHTTP2_PROTOCOL_ERROR);
+  return -1;
+}
+
+int tpu__grpc_output(tpu__conn_t *conn, struct evbuffer *out, size_t limit) {
+  tpu__h2_t *h = conn->h2;
+  while (evbuffer_get_length(out) < limit) {
+    const uint8_t *data;
+    ssize_t n = nghttp2_session_mem_send(h->session, &data);
+    if (n < 0) {
+      tpu_log_warn("connection %llu from %s: HTTP/2 error: %s; closing",
+                   (unsigned long long)conn->serial, conn->peer, nghttp2_strerror((int)n));
+      return -1;
+    }
+    if (n == 0) break;
+    if (evbuffer_add(out, data, (size_t)n) != 0) return -1;
+  }
+  return nghttp2_session_want_read(h->session) || nghttp2_session_want_write(h->session) ? 0 : 1;
+}
+
+void tpu__grpc_send(tpu__conn_t *conn, const tpu_envelope_response_t *resp) {
+  tpu__h2_t *h = conn->h2;
+  int32_t id = (int32_t)resp->id;
+  h2_stream_t *s = nghttp2_session_get_stream_user_data(h->session, id);
+  if (!s || s->state == S_ANSWERED) return; /* reset by the client: nobody to tell */
+  if (resp->code != TPU_CODE_OK) {
+    respond_error(h, s, resp->code, resp->message);
+  } else {
+    size_t len = resp->payload_msg ? protobuf_c_message_get_packed_size(resp->payload_msg)
+                                   : resp->payload_len;
+    const tpu_config_t *cfg = &conn->io->srv->cfg;
+    char msg[160];
+    if (len > cfg->max_message_bytes) {
+      snprintf(msg, sizeof msg, "response of %zu bytes exceeds max-message-bytes (%" PRIu64 ")",
+               len, cfg->max_message_bytes);
+      respond_error(h, s, TPU_CODE_RESOURCE_EXHAUSTED, msg);
+    } else if (!(s->out = malloc(TPU_FRAME_HEADER_SIZE + len))) {
+      respond_error(h, s, TPU_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+      tpu_frame_write_header(s->out, len, NULL);
+      if (resp->payload_msg)
+        protobuf_c_message_pack(resp->payload_msg, s->out + TPU_FRAME_HEADER_SIZE);
+      else if (len)
+        memcpy(s->out + TPU_FRAME_HEADER_SIZE, resp->payload, len);
+      s->out_len = TPU_FRAME_HEADER_SIZE + len;
+      s->out_off = 0;
+      h->pending_out += s->out_len;
+      s->state = S_ANSWERED;
+      nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
+                          NV("grpc-accept-encoding", "identity")};
+      nghttp2_data_provider prd = {.source.ptr = s, .read_callback = read_answer};
+      int rv = nghttp2_submit_response(h->session, id, nva, 3, &prd);
+      if (rv != 0)
+        tpu_log_debug("connection %llu stream %d: cannot answer: %s",
+                      (unsigned long long)conn->serial, id, nghttp2_strerror(rv));
+    }
+  }
+  if (!h->in_recv) tpu__conn_flush(conn);
+}
+
+void tpu__grpc_goaway(tpu__conn_t *conn, const char *why) {
+  tpu__h2_t *h = conn->h2;
+  if (!h) return;
+  int32_t last = nghttp2_session_get_last_proc_stream_id(h->session);
+  nghttp2_submit_goaway(h->session, NGHTTP2_FLAG_NONE, last, NGHTTP2_NO_ERROR,
+                        (const uint8_t *)why, strlen(why));
+}
+
+int tpu__grpc_settled(const tpu__conn_t *conn) { return conn->h2 && conn->h2->settings_acked; }
