@@ -1,12 +1,16 @@
 #!/bin/bash
-# server_bench.sh - tpud end to end with tpubench: both protocols (native, http) at 1, 8 and 64
-# connections, with the model's batching on and off ("off" = a temporary copy of the model with
+# server_bench.sh - tpud end to end: the framed native protocol and HTTP with tpubench, gRPC
+# (HTTP/2 on the native port) with h2load (nghttp2-client: deploy/deps.sh bench), at 1, 8 and 64
+# connections (one request at a time on each: gRPC's 64 is 64 connections with one stream
+# each), with the model's batching on and off ("off" = a temporary copy of the model with
 # max_batch_size 1 and buckets [1]). Prints one table row per cell: the median over REPS runs of
-# throughput, p50 and p99.
+# throughput, p50 and p99. gRPC requests are one fixed random input (h2load sends one body);
+# its percentiles come from h2load's per-request log, so the three protocols are measured alike
+# from the client's side.
 #
 # usage: bench/server_bench.sh [BUILD_DIR] [SRC_DIR]
 # env:   DUR (s, default 5), REPS (default 3), CONNS ("1 8 64"), PROTOS ("http native"),
-#        MODES ("on off"), IO_THREADS (default 1), THREADS (default 1),
+#        MODES ("on off"), PROTOS ("http native grpc"), IO_THREADS (default 1), THREADS (default 1),
 #        SERVER_CPUS / CLIENT_CPUS (taskset lists; default: no pinning), MODEL (default digits),
 #        BUILDS (several build dirs: A/B comparison, their runs interleaved one by one so a
 #        shared machine's load hits them alike; tpubench is the first one's)
@@ -48,12 +52,15 @@ BENCH=$1/client/tpubench
 DUR=${DUR:-5}
 REPS=${REPS:-3}
 CONNS=${CONNS:-"1 8 64"}
-PROTOS=${PROTOS:-"http native"}
+PROTOS=${PROTOS:-"http native grpc"}
 MODES=${MODES:-"on off"}
 MODEL=${MODEL:-digits}
 PY=/usr/bin/python3; [ -x $PY ] || PY=python3
 for b in $BUILDS; do [ -x "$b/server/tpud" ] || { echo "$b/server/tpud not built" >&2; exit 1; }; done
 [ -x "$BENCH" ] || { echo "$BENCH not built" >&2; exit 1; }
+case " $PROTOS " in *" grpc "*)
+  command -v h2load >/dev/null || { echo "h2load missing: deploy/deps.sh bench" >&2; exit 1; } ;;
+esac
 SPIN=; CPIN=
 [ -n "${SERVER_CPUS:-}" ] && SPIN="taskset -c $SERVER_CPUS"
 [ -n "${CLIENT_CPUS:-}" ] && CPIN="taskset -c $CLIENT_CPUS"
@@ -89,6 +96,46 @@ p = sys.argv[1]; j = json.load(open(p))
 j.setdefault("batching", {}).update({"max_batch_size": 1, "buckets": [1]})
 json.dump(j, open(p, "w"), indent=1)
 PYEOF
+# The gRPC request body: a 5-byte gRPC prefix and an inference.ModelInferRequest (hand-encoded:
+# model_name = 1, inputs = 5 {name 1, datatype 2, shape 3}, raw_input_contents = 7) with one
+# row of random FP32 input of the model's width.
+$PY - "$SRC/models/$MODEL/1/model.json" "$MODEL" "$WORK/grpc.body" <<'PYEOF'
+import json, random, struct, sys
+spec = json.load(open(sys.argv[1]))["inputs"][0]
+width = spec["shape"][1]
+def varint(n):
+    out = b""
+    while True:
+        b = n & 0x7F; n >>= 7
+        if n: out += bytes([b | 0x80])
+        else: return out + bytes([b])
+def field(num, payload): return varint(num << 3 | 2) + varint(len(payload)) + payload
+def s(x): return x.encode()
+shape = varint(1) + varint(width)
+tensor = field(1, s(spec["name"])) + field(2, s(spec["datatype"])) + field(3, shape)
+raw = struct.pack("<%df" % width, *[random.uniform(0, 16) for _ in range(width)])
+msg = field(1, s(sys.argv[2])) + field(5, tensor) + field(7, raw)
+open(sys.argv[3], "wb").write(b"\0" + struct.pack(">I", len(msg)) + msg)
+PYEOF
+
+# run_h2load PORT CONNS: h2load for DUR seconds after 1 s of warm-up; prints tpubench-like JSON.
+run_h2load() {
+  local log=$WORK/h2load.log out
+  rm -f "$log"
+  out=$($CPIN h2load -c "$2" -m 1 -D "$DUR" --warm-up-time 1 -d "$WORK/grpc.body" \
+    -H 'content-type: application/grpc' -H 'te: trailers' --log-file "$log" \
+    "http://127.0.0.1:$1/inference.GRPCInferenceService/ModelInfer" 2>&1) || true
+  echo "$out" | $PY -c 'import json, re, sys
+text = sys.stdin.read()
+m = re.search(r"finished in ([0-9.]+)(m?s), ([0-9.]+) req/s", text)
+f = re.search(r"requests: .* (\d+) succeeded, (\d+) failed, (\d+) errored", text)
+lat = sorted(int(l.split("\t")[2]) / 1000.0 for l in open(sys.argv[1]) if l.count("\t") == 2
+             and l.split("\t")[1] == "200")
+if not m or not lat: print(json.dumps({"error": 1})); sys.exit()
+pct = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]
+print(json.dumps({"throughput_rps": float(m.group(3)), "errors": int(f.group(2)) + int(f.group(3)) if f else 0,
+                  "latency_ms": {"p50": pct(0.50), "p99": pct(0.99)}}))' "$log"
+}
 
 echo "# $(date -u +%F) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs," \
   "load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -106,10 +153,14 @@ for mode in $MODES; do
       for _ in $(seq 1 "$REPS"); do
         for i in $(seq 0 $((NB - 1))); do
           eval "pid=\$PID_$i port=\$HPORT_$i"
-          [ "$proto" = native ] && eval "port=\$NPORT_$i"
+          [ "$proto" != http ] && eval "port=\$NPORT_$i"
           t0=$(cpu_ticks $pid)
-          out=$($CPIN "$BENCH" --protocol "$proto" --addr 127.0.0.1:$port --model "$MODEL" \
-            --random-input -c "$c" -d "$DUR" --warmup 1 --json 2>/dev/null) || out='{"error":1}'
+          if [ "$proto" = grpc ]; then
+            out=$(run_h2load "$port" "$c")
+          else
+            out=$($CPIN "$BENCH" --protocol "$proto" --addr 127.0.0.1:$port --model "$MODEL" \
+              --random-input -c "$c" -d "$DUR" --warmup 1 --json 2>/dev/null) || out='{"error":1}'
+          fi
           t1=$(cpu_ticks $pid)
           echo "$out" | $PY -c 'import json,sys
 try: j = json.load(sys.stdin)

@@ -43,6 +43,7 @@
 #include "clock.h"
 #include "log.h"
 #include "server_int.h"
+#include "tpu_grpc.h"
 
 /* nghttp2's own defaults for the rapid-reset limit (1.57), set explicitly. */
 #define H2_RESET_BURST 1000
@@ -111,29 +112,13 @@ static void drop_body(tpu__h2_t *h, h2_stream_t *s) {
   s->len = s->cap = 0;
 }
 
-/* grpc-message is percent-encoded: bytes outside printable ASCII, and '%'. */
-static void percent_encode(const char *in, char *out, size_t outlen) {
-  static const char hex[] = "0123456789ABCDEF";
-  size_t o = 0;
-  for (const unsigned char *p = (const unsigned char *)in; *p && o + 4 < outlen; p++) {
-    if (*p >= 0x20 && *p <= 0x7e && *p != '%') {
-      out[o++] = (char)*p;
-    } else {
-      out[o++] = '%';
-      out[o++] = hex[*p >> 4];
-      out[o++] = hex[*p & 15];
-    }
-  }
-  out[o] = '\0';
-}
-
 #define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
 
 /* The trailers-only answer of a failed call (one HEADERS frame with END_STREAM). */
 static void respond_error(tpu__h2_t *h, h2_stream_t *s, int code, const char *msg) {
   char status[8], pmsg[700];
   snprintf(status, sizeof status, "%d", code);
-  percent_encode(msg ? msg : "", pmsg, sizeof pmsg);
+  tpu_grpc_percent_encode(msg ? msg : "", pmsg, sizeof pmsg);
   const char *http = s->bad_type ? "415" : s->bad_method ? "405" : "200";
   nghttp2_nv nva[] = {NV(":status", http), NV("content-type", "application/grpc"),
                       NV("grpc-status", status), NV("grpc-message", pmsg)};
@@ -159,39 +144,6 @@ static void refuse_later(h2_stream_t *s, int code, const char *fmt, const char *
   if (s->code != TPU_CODE_OK) return; /* the first reason stands */
   s->code = code;
   snprintf(s->msg, sizeof s->msg, fmt, arg);
-}
-
-/* grpc-timeout: 1 to 8 digits and a unit (H M S m u n). 0 on success. */
-static int parse_timeout(const uint8_t *v, size_t len, uint64_t *us) {
-  if (len < 2 || len > 9) return -1;
-  uint64_t n = 0;
-  for (size_t i = 0; i + 1 < len; i++) {
-    if (v[i] < '0' || v[i] > '9') return -1;
-    n = n * 10 + (uint64_t)(v[i] - '0');
-  }
-  switch (v[len - 1]) {
-  case 'H': n *= 3600ull * 1000000; break;
-  case 'M': n *= 60ull * 1000000; break;
-  case 'S': n *= 1000000; break;
-  case 'm': n *= 1000; break;
-  case 'u': break;
-  case 'n': n = (n + 999) / 1000; break;
-  default: return -1;
-  }
-  *us = n ? n : 1; /* a zero deadline has already passed: 1 µs, not "none" */
-  return 0;
-}
-
-static int method_of_path(const uint8_t *p, size_t len) {
-  for (int m = 1; m < 64; m++) {
-    const tpu_method_info_t *info = tpu_envelope_method_info(m);
-    if (!info) continue;
-    size_t sl = strlen(info->service), nl = strlen(info->name);
-    if (len == 2 + sl + nl && p[0] == '/' && memcmp(p + 1, info->service, sl) == 0 &&
-        p[1 + sl] == '/' && memcmp(p + 2 + sl, info->name, nl) == 0)
-      return m;
-  }
-  return 0;
 }
 
 /* ---- dispatch ---- */
@@ -306,7 +258,7 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
   if (frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0; /* client trailers: nothing used */
 #define IS(lit) (namelen == sizeof(lit) - 1 && memcmp(name, lit, namelen) == 0)
   if (IS(":path")) {
-    s->method = method_of_path(value, valuelen);
+    s->method = tpu_grpc_method_of_path(value, valuelen);
     size_t n = valuelen < sizeof s->path - 1 ? valuelen : sizeof s->path - 1;
     memcpy(s->path, value, n);
     s->path[n] = '\0';
@@ -315,12 +267,9 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
   } else if (IS(":method")) {
     s->bad_method = !(valuelen == 4 && memcmp(value, "POST", 4) == 0);
   } else if (IS("content-type")) {
-    static const char ct[] = "application/grpc";
-    size_t cl = sizeof ct - 1;
-    s->bad_type = !(valuelen >= cl && memcmp(value, ct, cl) == 0 &&
-                    (valuelen == cl || value[cl] == '+' || value[cl] == ';'));
+    s->bad_type = !tpu_grpc_content_type_ok(value, valuelen);
   } else if (IS("grpc-timeout")) {
-    if (parse_timeout(value, valuelen, &s->timeout_us) == 0) {
+    if (tpu_grpc_parse_timeout(value, valuelen, &s->timeout_us) == 0) {
       s->has_timeout = 1;
     } else {
       char v[16];
