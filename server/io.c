@@ -35,6 +35,7 @@
 #include <openssl/err.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -215,12 +216,29 @@ void tpu__conn_flush(tpu__conn_t *conn) {
   }
 }
 
-/* Flushes; closes the connection (which may free it) when it is over and all is written. */
+/* An HTTP/2 session is over and its last frames (GOAWAY, last answers) are written. Closing now
+ * could lose them: a close with unread input (a WINDOW_UPDATE, a PING the client sent meanwhile)
+ * makes the kernel send RST, and the client's stack may drop what it had not read yet. So: shut
+ * down our sending side, read and discard until the client closes, and close then, or after
+ * H2_LINGER_S. */
+#define H2_LINGER_S 2
+static void h2_linger(tpu__conn_t *conn) {
+  if (conn->lingering) return;
+  conn->lingering = 1;
+  shutdown(bufferevent_getfd(conn->bev), SHUT_WR);
+  struct timeval tv = {.tv_sec = H2_LINGER_S};
+  bufferevent_set_timeouts(conn->bev, &tv, NULL);
+  bufferevent_enable(conn->bev, EV_READ);
+  evbuffer_drain(bufferevent_get_input(conn->bev),
+                 evbuffer_get_length(bufferevent_get_input(conn->bev)));
+}
+
+/* Flushes; when the session is over and all is written, lingers before closing. */
 static void h2_flush(tpu__conn_t *conn) {
   tpu__conn_flush(conn);
   if (!conn->closed && conn->close_after_write &&
       evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0)
-    conn_close(conn, "HTTP/2 session over");
+    h2_linger(conn);
 }
 
 void tpu__conn_settled(tpu__conn_t *conn) {
@@ -331,14 +349,25 @@ static void conn_process(tpu__conn_t *conn) {
   }
 }
 
-static void on_read(struct bufferevent *bev, void *arg) { conn_process(arg); }
+static void on_read(struct bufferevent *bev, void *arg) {
+  tpu__conn_t *conn = arg;
+  if (conn->lingering) { /* the session is over: what the client still sends is discarded */
+    evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+    return;
+  }
+  conn_process(conn);
+}
 
 static void on_write(struct bufferevent *bev, void *arg) {
   tpu__conn_t *conn = arg;
   if (conn->h2) tpu__conn_flush(conn); /* frames nghttp2 held back at max-unsent-bytes */
   if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+    if (conn->h2 && (conn->close_after_write || conn->io->stopping)) {
+      h2_linger(conn);
+      return;
+    }
     if (conn->close_after_write) {
-      conn_close(conn, "closed after a fatal frame error");
+      conn_close(conn, conn->h2 ? "HTTP/2 session over" : "closed after a fatal frame error");
       return;
     }
     if (conn->io->stopping) {
@@ -365,6 +394,11 @@ static void tls_connected(tpu__conn_t *conn) {
 
 static void on_event(struct bufferevent *bev, short what, void *arg) {
   tpu__conn_t *conn = arg;
+  if (conn->lingering) {
+    conn_close(conn, (what & BEV_EVENT_TIMEOUT) ? "HTTP/2 session over (linger timeout)"
+                                                : "HTTP/2 session over");
+    return;
+  }
   if (what & BEV_EVENT_CONNECTED) {
     tls_connected(conn);
     return;
@@ -499,9 +533,12 @@ static void io_stop_now(tpu__io_t *io) {
   for (tpu__conn_t *c = io->conns; c; c = next) {
     next = c->next;
     bufferevent_disable(c->bev, EV_READ);
-    if (c->h2) {
-      tpu__grpc_goaway(c, "server stopping");
-      tpu__conn_flush(c);
+    if (c->h2) { /* GOAWAY, then linger (h2_linger) until the client closes */
+      if (!c->lingering) {
+        tpu__grpc_goaway(c, "server stopping");
+        h2_flush(c);
+      }
+      continue;
     }
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
       conn_close(c, "server stopping");
@@ -550,9 +587,8 @@ static void on_queue(evutil_socket_t fd, short what, void *arg) {
       atomic_fetch_sub(&io->srv->inflight, 1);
       if (was_closed) {
         if (conn->ncalls == 0) conn_free(conn);
-      } else if (conn->h2 && conn->close_after_write &&
-                 evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0) {
-        conn_close(conn, "HTTP/2 session over"); /* may free conn */
+      } else if (conn->h2 && conn->close_after_write) {
+        h2_flush(conn); /* lingers once all is written */
       } else {
         maybe_resume(conn);
       }
@@ -560,6 +596,16 @@ static void on_queue(evutil_socket_t fd, short what, void *arg) {
     }
     case TPU__MSG_STOP:
       io_stop_now(io);
+      break;
+    case TPU__MSG_DRAIN:
+      /* gRPC clients move to another server on GOAWAY; streams already begun are answered,
+       * later ones are refused unprocessed (REFUSED_STREAM), which clients retry safely. */
+      for (tpu__conn_t *c = io->conns, *cn; c; c = cn) {
+        cn = c->next;
+        if (!c->h2 || c->close_after_write) continue;
+        tpu__grpc_goaway(c, "server draining");
+        h2_flush(c); /* may close c */
+      }
       break;
     }
     n = next;
@@ -605,6 +651,15 @@ void tpu__io_hand_off(tpu_server_t *srv, int fd, const char *peer) {
   snprintf(m->peer, sizeof m->peer, "%s", peer);
   tpu__io_t *io = &srv->io[srv->next_io++ % srv->nio];
   tpu_queue_push(&io->queue, &m->msg.link);
+}
+
+void tpu__io_drain(tpu_server_t *srv) {
+  for (unsigned i = 0; i < srv->nio; i++) {
+    tpu__io_t *io = &srv->io[i];
+    if (!io->started) continue;
+    io->drain_msg.kind = TPU__MSG_DRAIN;
+    tpu_queue_push(&io->queue, &io->drain_msg.link);
+  }
 }
 
 void tpu__io_stop(tpu_server_t *srv) {

@@ -115,6 +115,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
   }
   atomic_store(&srv->draining, 1);
   if (srv->listener) evconnlistener_disable(srv->listener);
+  tpu__io_drain(srv);
   srv->drain_deadline_us = tpu_now_us() + (uint64_t)srv->cfg.drain_timeout_s * 1000000u;
   tpu_log_info("signal %d: draining: stopped accepting; %llu requests in flight (timeout %u s)",
                (int)sig, (unsigned long long)atomic_load(&srv->inflight),

@@ -51,7 +51,8 @@ typedef struct tpu__h2 tpu__h2_t;
 enum {
   TPU__MSG_CONN = 1, /* a new accepted socket */
   TPU__MSG_DONE = 2, /* a call whose compute finished (tpu__call_t) */
-  TPU__MSG_STOP = 3  /* flush and close every connection, then leave the loop */
+  TPU__MSG_STOP = 3, /* flush and close every connection, then leave the loop */
+  TPU__MSG_DRAIN = 4 /* the server started draining: say GOAWAY to HTTP/2 clients */
 };
 
 typedef struct {
@@ -137,6 +138,7 @@ struct tpu__conn {
   int closed;              /* socket gone; freed when ncalls reaches 0 */
   int read_paused;         /* back-pressure: reading disabled */
   int close_after_write;   /* a fatal frame error: flush the error, then close */
+  int lingering;           /* HTTP/2 over and written: discarding input until EOF (io.c) */
   int handshaking;         /* TLS: the handshake has not finished (handshake timeout armed) */
   int proto;               /* TPU__PROTO_*: what the client speaks, known from its first bytes */
   tpu__h2_t *h2;           /* gRPC over HTTP/2 (grpc.c); NULL for the framed protocol */
@@ -160,6 +162,7 @@ struct tpu__io {
   size_t nlinger;          /* closed connections waiting for completions */
   int stopping;
   tpu__msg_t stop_msg;
+  tpu__msg_t drain_msg;
   struct tpu__http_io *http; /* this thread's HTTP server (http.c); NULL when not serving */
 };
 
@@ -201,6 +204,8 @@ struct tpu_server {
 int tpu__io_start(tpu_server_t *srv);
 /* Hands an accepted socket to an I/O thread (main thread). */
 void tpu__io_hand_off(tpu_server_t *srv, int fd, const char *peer);
+/* Tells every I/O thread the server is draining (main thread, once). */
+void tpu__io_drain(tpu_server_t *srv);
 /* Asks every I/O thread to flush and close its connections and exit; joins them. */
 void tpu__io_stop(tpu_server_t *srv);
 void tpu__io_free(tpu_server_t *srv);
