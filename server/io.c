@@ -581,6 +581,12 @@ static void on_queue(evutil_socket_t fd, short what, void *arg) {
       tpu__conn_t *conn = call->conn;
       int was_closed = conn->closed;
       conn_untrack(conn, call);
+      /* The client went away (closed, or reset the HTTP/2 stream) before its answer: what
+       * counts is that it was not delivered, even when the compute itself had finished. */
+      if (call->code == TPU_CODE_OK && atomic_load(&call->cancel)) {
+        call->code = TPU_CODE_CANCELLED;
+        snprintf(call->msg_text, sizeof call->msg_text, "the client cancelled the call");
+      }
       if (!was_closed) tpu__handle_done(conn, call);
       else tpu__count(call->model, call->code);
       tpu__call_free(call);
