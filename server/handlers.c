@@ -490,8 +490,9 @@ void tpu__handle_request(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t
   int code = TPU_CODE_OK;
   {
     const char *authz = tpu_envelope_request_metadata(env, "authorization");
-    tpu_auth_peer_t peer = {.peer = conn->peer, .cert_cn = conn->cert_cn[0] ? conn->cert_cn : NULL,
-                            .cert_subject = conn->cert_subject};
+    tpu_auth_peer_t peer = {.peer = conn->peer,
+                            .cert_cn = conn->sock.cert_cn[0] ? conn->sock.cert_cn : NULL,
+                            .cert_subject = conn->sock.cert_subject};
     code = tpu__auth_check(srv, &peer, authz, authz ? strlen(authz) : 0,
                            tpu_auth_method_need(env->method, srv->cfg.auth_open_health),
                            conn->who, sizeof conn->who, msg, sizeof msg);

@@ -75,6 +75,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "server_int.h"
+#include "sock.h"
 #include "tpu_oip_json.h"
 
 typedef struct tpu__http_slot hslot_t;
@@ -94,37 +95,17 @@ struct tpu__http_slot {
 
 /* One client connection (I/O thread only). */
 struct hconn {
+  tpu__sock_t sock;      /* socket, input and output (sock.h); first, for conn_of */
   struct tpu__http_io *h;
-  int fd;                /* -1 once closed */
-  struct event *rev, *wev;
-  int wev_on;            /* the write event is armed */
-  char *ibuf;            /* input: ibuf[ioff..ilen) not yet consumed */
-  size_t ilen, icap, ioff;
-  struct evbuffer *out;
   hslot_t *head, *tail;  /* answers owed, oldest first */
   size_t nslots;
   size_t ncalls;         /* slots with a call in flight */
   int no_more;           /* parse no more requests (close requested, error, EOF, stopping) */
   int close_after;       /* close once every owed answer is written */
-  int lingering;         /* write side shut down; reading and dropping input until EOF */
   int paused;            /* reading stopped for back-pressure */
   int continue_sent;     /* "100 Continue" sent for the request at ioff */
-  int dirty;             /* on the thread's flush list */
   int eof;               /* the client finished sending: close after the answers */
   int closed;            /* socket gone; freed when ncalls reaches 0 */
-  uint64_t last_us;      /* last read or write progress (microseconds) */
-  uint64_t linger_until; /* microseconds */
-  hconn_t *prev, *next;  /* the thread's connections */
-  hconn_t *dnext;        /* the flush list */
-  char peer[64];         /* "address:port" of the client */
-  /* TLS (NULL ssl: plaintext). */
-  SSL *ssl;
-  int handshaking;       /* the handshake has not finished */
-  int ssl_dead;          /* a fatal TLS error: no close_notify */
-  int read_wants_write;  /* SSL_read asked for writability */
-  size_t ssl_wlen;       /* length of an SSL_write to retry after WANT_WRITE; 0 = none */
-  char cert_cn[TPU_AUTH_MAX_NAME + 1];  /* verified client certificate's CN, "" = none */
-  char cert_subject[160];
   char who[TPU_AUTH_IDENTITY_MAX]; /* the current request's identity (auth.h) */
 };
 
@@ -132,23 +113,20 @@ struct hconn {
 struct tpu__http_io {
   tpu__io_t *io;
   int lfd;                 /* this thread's dup of the listening socket; -1 */
-  struct event *accept_ev, *sweep_ev, *flush_ev;
-  int flush_pending;
+  struct event *accept_ev;
   int stopping;
-  hconn_t *conns;
-  size_t nconns;
-  hconn_t *dirty;
+  tpu__sockset_t socks;    /* the connections, their timeout sweep and deferred flushes */
   hslot_t *free_slots;
   tpu_http_limits_t lim;
   uint64_t timeout_us;
-  uint64_t handshake_timeout_us; /* TLS */
 };
-
-#define HTTP_IBUF_MIN 16384
-#define HTTP_LINGER_US 2000000
 
 static void conn_flush(hconn_t *c);
 static void conn_abort(hconn_t *c, const char *why);
+static hconn_t *conn_of(tpu__sock_t *s) { return tpu_container_of(s, hconn_t, sock); }
+
+/* Stops parsing: what the client still sends is read and dropped (sock.h discard). */
+static void no_more(hconn_t *c) { c->no_more = c->sock.discard = 1; }
 
 /* ---- slots ---- */
 
@@ -190,10 +168,10 @@ static void slots_emit(hconn_t *c) {
     c->head = s->next;
     if (!c->head) c->tail = NULL;
     c->nslots--;
-    if (s->buf && evbuffer_get_length(s->buf)) evbuffer_add_buffer(c->out, s->buf);
+    if (s->buf && evbuffer_get_length(s->buf)) evbuffer_add_buffer(c->sock.out, s->buf);
     if (s->close) {
       c->close_after = 1;
-      c->no_more = 1;
+      no_more(c);
     }
     slot_release(c->h, s);
   }
@@ -201,22 +179,8 @@ static void slots_emit(hconn_t *c) {
 
 /* ---- connection lifetime ---- */
 
-static void dirty_unlink(hconn_t *c) {
-  if (!c->dirty) return;
-  for (hconn_t **p = &c->h->dirty; *p; p = &(*p)->dnext)
-    if (*p == c) {
-      *p = c->dnext;
-      break;
-    }
-  c->dirty = 0;
-}
-
 static void conn_free(hconn_t *c) {
-  dirty_unlink(c);
-  if (c->rev) event_free(c->rev);
-  if (c->wev) event_free(c->wev);
-  if (c->out) evbuffer_free(c->out);
-  free(c->ibuf);
+  tpu__sock_free(&c->sock);
   free(c);
 }
 
@@ -224,24 +188,10 @@ static void conn_free(hconn_t *c) {
 static void conn_close(hconn_t *c, const char *why) {
   if (c->closed) return;
   struct tpu__http_io *h = c->h;
-  tpu_log_debug("http connection fd %d closed: %s", c->fd, why);
+  tpu_log_debug("http connection from %s closed: %s", c->sock.peer, why);
   c->closed = 1;
-  event_del(c->rev);
-  event_del(c->wev);
-  if (c->ssl) {
-    if (!c->handshaking && !c->ssl_dead) SSL_shutdown(c->ssl); /* best effort close_notify */
-    SSL_free(c->ssl);
-    c->ssl = NULL;
-  }
-  close(c->fd);
-  c->fd = -1;
+  tpu__sock_close(&c->sock);
   tpu_stats_dec(&tpu_stats.http_connections_open);
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    h->conns = c->next;
-  if (c->next) c->next->prev = c->prev;
-  h->nconns--;
   /* Answers not yet sent go; slots of calls in flight stay until their completion. */
   hslot_t *s = c->head, *next;
   for (; s; s = next) {
@@ -253,34 +203,10 @@ static void conn_close(hconn_t *c, const char *why) {
   }
   c->head = c->tail = NULL;
   c->nslots = 0;
-  dirty_unlink(c);
   if (c->ncalls == 0) conn_free(c);
 }
 
 static void conn_abort(hconn_t *c, const char *why) { conn_close(c, why); }
-
-static void mark_dirty(hconn_t *c) {
-  struct tpu__http_io *h = c->h;
-  if (c->dirty || c->closed) return;
-  c->dirty = 1;
-  c->dnext = h->dirty;
-  h->dirty = c;
-  if (!h->flush_pending) {
-    h->flush_pending = 1;
-    event_active(h->flush_ev, EV_TIMEOUT, 0);
-  }
-}
-
-static void on_flush(evutil_socket_t fd, short what, void *arg) {
-  struct tpu__http_io *h = arg;
-  h->flush_pending = 0;
-  while (h->dirty) {
-    hconn_t *c = h->dirty;
-    h->dirty = c->dnext;
-    c->dirty = 0;
-    conn_flush(c);
-  }
-}
 
 /* ---- replies ---- */
 
@@ -361,7 +287,7 @@ static void reply(hslot_t *s, int status, const char *ctype, const char *body, s
   if (c->h->stopping) s->close = 1;
   struct evbuffer *dst;
   if (c->head == s) {
-    dst = c->out;
+    dst = c->sock.out;
   } else {
     if (!s->buf) s->buf = evbuffer_new();
     dst = s->buf;
@@ -859,8 +785,9 @@ static void route(tpu__io_t *io, hslot_t *req, const tpu_http_request_t *hr, con
     else if (n >= 2 && strcmp(seg[0], "v2") == 0 && strcmp(seg[1], "debug") == 0)
       need = TPU_NEED_ADMIN;
     hconn_t *c = req->conn;
-    tpu_auth_peer_t peer = {.peer = c->peer, .cert_cn = c->cert_cn[0] ? c->cert_cn : NULL,
-                            .cert_subject = c->cert_subject};
+    tpu_auth_peer_t peer = {.peer = c->sock.peer,
+                            .cert_cn = c->sock.cert_cn[0] ? c->sock.cert_cn : NULL,
+                            .cert_subject = c->sock.cert_subject};
     char amsg[256];
     int acode = tpu__auth_check(srv, &peer, hr->authorization, hr->authorization_len, need,
                                 c->who, sizeof c->who, amsg, sizeof amsg);
@@ -1007,7 +934,7 @@ not_found:;
 }
 
 
-/* ---- the connection I/O ---- */
+/* ---- the connection I/O (sock.h does the socket, TLS, timeouts and lingering close) ---- */
 
 static void route(tpu__io_t *io, hslot_t *req, const tpu_http_request_t *hr, const char *body,
                   size_t blen, uint64_t t0);
@@ -1015,47 +942,31 @@ static void route(tpu__io_t *io, hslot_t *req, const tpu_http_request_t *hr, con
 static int over_limits(hconn_t *c) {
   const tpu_config_t *cfg = &c->h->io->srv->cfg;
   return c->nslots >= cfg->max_inflight_per_conn ||
-         evbuffer_get_length(c->out) > cfg->max_unsent_bytes;
-}
-
-/* Ensures room for `need` bytes of input from ioff (moving the unread part to the front). */
-static int ibuf_reserve(hconn_t *c, size_t need) {
-  if (c->ioff > 0 && (c->ioff == c->ilen || c->icap - c->ioff < need)) {
-    memmove(c->ibuf, c->ibuf + c->ioff, c->ilen - c->ioff);
-    c->ilen -= c->ioff;
-    c->ioff = 0;
-  }
-  if (c->icap >= need) return 0;
-  size_t cap = c->icap ? c->icap : HTTP_IBUF_MIN;
-  while (cap < need) cap *= 2;
-  char *p = realloc(c->ibuf, cap);
-  if (!p) return -1;
-  c->ibuf = p;
-  c->icap = cap;
-  return 0;
+         tpu__sock_unsent(&c->sock) > cfg->max_unsent_bytes;
 }
 
 /* Cuts and serves every complete request in the input, in order. */
 static void conn_process(hconn_t *c) {
   tpu__io_t *io = c->h->io;
+  tpu__sock_t *k = &c->sock;
   while (!c->no_more && !c->closed) {
     if (over_limits(c)) {
       if (!c->paused) {
         c->paused = 1;
-        event_del(c->rev);
+        tpu__sock_pause(k);
       }
       break;
     }
-    size_t avail = c->ilen - c->ioff;
+    size_t avail = k->ilen - k->ioff;
     if (!avail) break;
-    const char *p = c->ibuf + c->ioff;
+    const char *p = k->ibuf + k->ioff;
     tpu_http_request_t hr;
     tpu_http_parse_result_t pr = tpu_http_parse_request(p, avail, &c->h->lim, &hr);
     if (pr == TPU_HTTP_PARSE_INCOMPLETE) break;
     uint64_t t0 = tpu_now_us();
     if (pr == TPU_HTTP_PARSE_ERROR) {
       hslot_t *s = slot_new(c);
-      c->no_more = 1;
+      no_more(c);
       if (!s) {
         conn_abort(c, "out of memory");
         return;
@@ -1071,13 +982,13 @@ static void conn_process(hconn_t *c) {
     }
     uint64_t need = hr.head_len + hr.content_length;
     if (avail < need) {
-      if (ibuf_reserve(c, (size_t)need) != 0) {
+      if (tpu__sock_reserve(k, (size_t)need) != 0) {
         conn_abort(c, "out of memory");
         return;
       }
       if (hr.expect_continue && !c->continue_sent && !c->head) {
         static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-        evbuffer_add(c->out, cont, sizeof cont - 1);
+        evbuffer_add(k->out, cont, sizeof cont - 1);
         c->continue_sent = 1;
       }
       break;
@@ -1091,255 +1002,82 @@ static void conn_process(hconn_t *c) {
     s->head_only = hr.method == TPU_HTTP_HEAD;
     if (!hr.keep_alive) {
       s->close = 1;
-      c->no_more = 1;
+      no_more(c);
     }
-    c->ioff += (size_t)need;
+    tpu__sock_consume(k, (size_t)need); /* p stays valid: nothing moves until the next read */
     c->continue_sent = 0;
     route(io, s, &hr, p + hr.head_len, (size_t)hr.content_length, t0);
   }
-  if (c->ioff == c->ilen) c->ioff = c->ilen = 0;
 }
 
-/* ---- TLS ---- */
-
-static void arm_write(hconn_t *c) {
-  if (!c->wev_on) {
-    event_add(c->wev, NULL);
-    c->wev_on = 1;
-  }
-}
-
-/* Drives the handshake. Returns 1 when it is done, 0 while it waits for the socket, -1 when it
- * failed (the connection is closed). */
-static int tls_handshake(hconn_t *c) {
-  ERR_clear_error();
-  int r = SSL_do_handshake(c->ssl);
-  if (r == 1) {
-    c->handshaking = 0;
-    tpu_tls_peer_identity(c->ssl, c->cert_cn, sizeof c->cert_cn, c->cert_subject,
-                          sizeof c->cert_subject);
-    c->last_us = tpu_now_us();
-    tpu_log_debug("http connection from %s: %s%s%s", c->peer, SSL_get_version(c->ssl),
-                  c->cert_subject[0] ? ", " : "", c->cert_subject);
-    return 1;
-  }
-  int e = SSL_get_error(c->ssl, r);
-  if (e == SSL_ERROR_WANT_READ) return 0;
-  if (e == SSL_ERROR_WANT_WRITE) {
-    arm_write(c);
-    return 0;
-  }
-  char why[256];
-  tpu_tls_last_error(why, sizeof why);
-  tpu_log_debug("http connection from %s: TLS handshake failed: %s", c->peer, why);
-  c->ssl_dead = 1;
-  conn_close(c, "TLS handshake failed");
-  return -1;
-}
-
-/* read(2) or SSL_read: > 0 bytes, 0 end of stream, -1 with errno (EAGAIN: try later). */
-static ssize_t conn_recv(hconn_t *c, char *buf, size_t cap) {
-  if (!c->ssl) return read(c->fd, buf, cap);
-  ERR_clear_error();
-  int n = SSL_read(c->ssl, buf, cap > INT_MAX ? INT_MAX : (int)cap);
-  if (n > 0) return n;
-  switch (SSL_get_error(c->ssl, n)) {
-  case SSL_ERROR_WANT_READ:
-    errno = EAGAIN;
-    return -1;
-  case SSL_ERROR_WANT_WRITE:
-    c->read_wants_write = 1;
-    arm_write(c);
-    errno = EAGAIN;
-    return -1;
-  case SSL_ERROR_ZERO_RETURN:
-    return 0;
-  case SSL_ERROR_SYSCALL:
-    c->ssl_dead = 1;
-    if (errno == 0) return 0;
-    return -1;
-  default:
-    c->ssl_dead = 1;
-    errno = EPROTO;
-    return -1;
-  }
-}
-
-/* evbuffer_write or SSL_write of the output: bytes written, or -1 with errno. */
-static int conn_write_out(hconn_t *c) {
-  if (!c->ssl) return evbuffer_write(c->out, c->fd);
-  int total = 0;
-  while (evbuffer_get_length(c->out)) {
-    size_t len = evbuffer_get_length(c->out);
-    if (len > 16384) len = 16384; /* one TLS record */
-    if (c->ssl_wlen) len = c->ssl_wlen; /* a retry must offer the same bytes */
-    unsigned char *p = evbuffer_pullup(c->out, (ev_ssize_t)len);
-    if (!p) {
-      errno = ENOMEM;
-      return -1;
-    }
-    ERR_clear_error();
-    int n = SSL_write(c->ssl, p, (int)len);
-    if (n > 0) {
-      c->ssl_wlen = 0;
-      evbuffer_drain(c->out, (size_t)n);
-      total += n;
-      continue;
-    }
-    int e = SSL_get_error(c->ssl, n);
-    if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
-      c->ssl_wlen = len;
-      if (total) return total;
-      errno = EAGAIN;
-      return -1;
-    }
-    c->ssl_dead = 1;
-    if (e != SSL_ERROR_SYSCALL || errno == 0) errno = EPIPE;
-    return total ? total : -1;
-  }
-  return total;
-}
-
-/* Writes what is ready (one writev); arms the write event while bytes remain. */
+/* Writes what is ready (one writev); then closes, lingers or resumes reading as due. */
 static void conn_flush(hconn_t *c) {
   if (c->closed) return;
-  size_t left = evbuffer_get_length(c->out);
-  if (left) {
-    int n = conn_write_out(c);
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      conn_abort(c, strerror(errno));
-      return;
-    }
-    if (n > 0) c->last_us = tpu_now_us();
-    left = evbuffer_get_length(c->out);
-  }
-  if (left) {
-    if (!c->wev_on) {
-      event_add(c->wev, NULL);
-      c->wev_on = 1;
-    }
+  if (tpu__sock_write(&c->sock) != 0) {
+    conn_abort(c, strerror(errno));
     return;
   }
-  if (c->wev_on) {
-    event_del(c->wev);
-    c->wev_on = 0;
-  }
+  if (tpu__sock_unsent(&c->sock)) return;
   if (c->close_after && c->nslots == 0 && c->eof) {
     conn_close(c, "end of stream");
     return;
   }
-  if (c->close_after && c->nslots == 0 && !c->lingering) {
+  if (c->close_after && c->nslots == 0 && !c->sock.lingering) {
     /* Lingering close: the client sees our answer, not a reset, even with input in flight. */
-    if (c->ssl && !c->ssl_dead) SSL_shutdown(c->ssl); /* close_notify before the FIN */
-    shutdown(c->fd, SHUT_WR);
-    c->lingering = 1;
-    c->linger_until = tpu_now_us() + HTTP_LINGER_US;
-    c->ilen = c->ioff = 0;
-    if (c->paused) {
-      c->paused = 0;
-      event_add(c->rev, NULL);
-    }
+    tpu__sock_linger(&c->sock);
+    c->paused = 0;
     return;
   }
   if (c->paused && !c->no_more && !over_limits(c)) {
     c->paused = 0;
-    event_add(c->rev, NULL);
+    tpu__sock_resume(&c->sock);
     conn_process(c);
-    if (!c->closed && evbuffer_get_length(c->out)) conn_flush(c);
+    if (!c->closed && tpu__sock_unsent(&c->sock)) conn_flush(c);
   }
 }
 
-static void on_read(evutil_socket_t fd, short what, void *arg) {
-  hconn_t *c = arg;
-  if (c->ssl && c->handshaking && tls_handshake(c) != 1) return;
-  c->read_wants_write = 0;
-  if (c->lingering || c->no_more) {
-    char drop[16384];
-    ssize_t n = read(fd, drop, sizeof drop);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-      if (c->lingering || (c->nslots == 0 && !evbuffer_get_length(c->out))) {
-        conn_close(c, "end of stream");
-      } else {
-        event_del(c->rev); /* answers are still owed: write them, then close */
-        c->close_after = 1;
-        c->eof = 1;
-      }
-    }
-    return;
-  }
-  if (ibuf_reserve(c, c->ilen - c->ioff + 4096) != 0) {
-    conn_abort(c, "out of memory");
-    return;
-  }
-  ssize_t n = conn_recv(c, c->ibuf + c->ilen, c->icap - c->ilen);
-  if (n < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
-    conn_abort(c, strerror(errno));
-    return;
-  }
-  if (n == 0) {
-    /* The client is done sending: answer what it asked, then close. */
-    c->no_more = 1;
-    c->close_after = 1;
-    c->eof = 1;
-    event_del(c->rev);
-    if (c->ilen > c->ioff) tpu_log_debug("http: connection closed inside a request");
-    conn_process(c);
-    if (c->nslots == 0 && !evbuffer_get_length(c->out)) {
-      conn_close(c, "end of stream");
-      return;
-    }
-    conn_flush(c);
-    return;
-  }
-  c->ilen += (size_t)n;
-  /* TLS: take every decrypted byte now; the fd will not announce the ones OpenSSL holds. */
-  while (c->ssl && SSL_pending(c->ssl) > 0) {
-    if (ibuf_reserve(c, c->ilen - c->ioff + (size_t)SSL_pending(c->ssl)) != 0) {
-      conn_abort(c, "out of memory");
-      return;
-    }
-    ssize_t m = conn_recv(c, c->ibuf + c->ilen, c->icap - c->ilen);
-    if (m <= 0) break;
-    c->ilen += (size_t)m;
-  }
-  c->last_us = tpu_now_us();
+static void on_input(tpu__sock_t *s) {
+  hconn_t *c = conn_of(s);
   conn_process(c);
   conn_flush(c);
 }
 
-static void on_write(evutil_socket_t fd, short what, void *arg) {
-  hconn_t *c = arg;
-  if (c->ssl && (c->handshaking || c->read_wants_write)) {
-    if (!evbuffer_get_length(c->out) && c->wev_on) {
-      event_del(c->wev);
-      c->wev_on = 0;
-    }
-    on_read(fd, EV_READ, c);
+/* The client is done sending: answer what it asked, then close. */
+static void on_eof(tpu__sock_t *s) {
+  hconn_t *c = conn_of(s);
+  if (!c->no_more && s->ilen > s->ioff) tpu_log_debug("http: connection closed inside a request");
+  no_more(c);
+  c->close_after = 1;
+  c->eof = 1;
+  tpu__sock_pause(s);
+  if (c->nslots == 0 && !tpu__sock_unsent(s)) {
+    conn_close(c, "end of stream");
     return;
   }
   conn_flush(c);
 }
 
+static void on_flush(tpu__sock_t *s) { conn_flush(conn_of(s)); }
+
+static void on_close(tpu__sock_t *s, const char *why) { conn_abort(conn_of(s), why); }
+
+/* The sweep's verdict: read, write and idle timeouts (--http-timeout-s), and the handshake's. */
+static void on_timeout(tpu__sock_t *s, uint64_t now) {
+  hconn_t *c = conn_of(s);
+  if (s->handshaking)
+    conn_close(c, "TLS handshake timeout");
+  else if (tpu__sock_unsent(s))
+    conn_abort(c, "write timeout");
+  else if (c->ncalls == 0 && c->nslots == 0)
+    conn_close(c, s->ilen > s->ioff ? "read timeout" : "idle timeout");
+}
+
+static const tpu__sock_ops_t http_sock_ops = {
+    .input = on_input, .eof = on_eof, .flush = on_flush, .close = on_close,
+    .timeout = on_timeout};
+
 static void conn_open(struct tpu__http_io *h, int fd, const struct sockaddr_storage *ss) {
-  hconn_t *c = calloc(1, sizeof *c);
-  if (!c) goto fail;
-  c->h = h;
-  c->fd = fd;
-  c->out = evbuffer_new();
-  c->rev = event_new(h->io->base, fd, EV_READ | EV_PERSIST, on_read, c);
-  c->wev = event_new(h->io->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
-  if (!c->out || !c->rev || !c->wev || ibuf_reserve(c, HTTP_IBUF_MIN) != 0 ||
-      event_add(c->rev, NULL) != 0)
-    goto fail;
-  c->last_us = tpu_now_us();
-  if (h->io->srv->http_tls) {
-    c->ssl = tpu_tls_new_ssl(h->io->srv->tls, TPU_TLS_HTTP);
-    if (!c->ssl || SSL_set_fd(c->ssl, fd) != 1) goto fail;
-    SSL_set_accept_state(c->ssl);
-    c->handshaking = 1;
-  }
-  char ip[INET6_ADDRSTRLEN] = "?";
+  char ip[INET6_ADDRSTRLEN] = "?", peer[64];
   unsigned port = 0;
   if (ss->ss_family == AF_INET) {
     const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
@@ -1350,23 +1088,19 @@ static void conn_open(struct tpu__http_io *h, int fd, const struct sockaddr_stor
     inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
     port = ntohs(a->sin6_port);
   }
-  snprintf(c->peer, sizeof c->peer, "%s:%u", ip, port);
-  c->next = h->conns;
-  if (h->conns) h->conns->prev = c;
-  h->conns = c;
-  h->nconns++;
+  snprintf(peer, sizeof peer, "%s:%u", ip, port);
+  SSL *ssl = NULL;
+  hconn_t *c = calloc(1, sizeof *c);
+  if (!c) goto fail;
+  c->h = h;
+  if (h->io->srv->http_tls && !(ssl = tpu_tls_new_ssl(h->io->srv->tls, TPU_TLS_HTTP))) goto fail;
+  if (tpu__sock_open(&h->socks, &c->sock, fd, ssl, peer) != 0) goto fail; /* owns ssl */
+  c->sock.timeout_us = h->timeout_us;
   tpu_stats_inc(&tpu_stats.http_connections_open, 1);
   return;
 fail:
   tpu_log_warn("http connection dropped: out of memory");
-  if (c) {
-    if (c->ssl) SSL_free(c->ssl);
-    if (c->rev) event_free(c->rev);
-    if (c->wev) event_free(c->wev);
-    if (c->out) evbuffer_free(c->out);
-    free(c->ibuf);
-    free(c);
-  }
+  free(c);
   close(fd);
 }
 
@@ -1410,29 +1144,6 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg) {
   }
 }
 
-/* Once a second: read, write and idle timeouts, and the end of lingering closes. */
-static void on_sweep(evutil_socket_t fd, short what, void *arg) {
-  struct tpu__http_io *h = arg;
-  uint64_t now = tpu_now_us();
-  hconn_t *next;
-  for (hconn_t *c = h->conns; c; c = next) {
-    next = c->next;
-    if (c->lingering) {
-      if (now >= c->linger_until) conn_close(c, "lingering close done");
-      continue;
-    }
-    if (c->handshaking) {
-      if (now - c->last_us >= h->handshake_timeout_us) conn_close(c, "TLS handshake timeout");
-      continue;
-    }
-    if (now - c->last_us < h->timeout_us) continue;
-    if (evbuffer_get_length(c->out))
-      conn_abort(c, "write timeout");
-    else if (c->ncalls == 0 && c->nslots == 0)
-      conn_close(c, c->ilen > c->ioff ? "read timeout" : "idle timeout");
-  }
-}
-
 void tpu__http_done(tpu__io_t *io, tpu__call_t *call) {
   hslot_t *req = call->http;
   hconn_t *c = req->conn;
@@ -1451,7 +1162,7 @@ void tpu__http_done(tpu__io_t *io, tpu__call_t *call) {
   else
     send_infer_ok(req, call);
   tpu__call_free(call);
-  mark_dirty(c);
+  tpu__sock_flush_later(&c->sock);
 }
 
 /* ---- lifecycle ---- */
@@ -1501,18 +1212,14 @@ int tpu__http_io_start(tpu__io_t *io) {
   io->http = h;
   h->lim.max_head_bytes = srv->cfg.http_max_header_bytes;
   h->lim.max_body_bytes = srv->cfg.http_max_body_bytes;
-  h->timeout_us = (uint64_t)srv->cfg.http_timeout_s * 1000000u;
-  if (!h->timeout_us) h->timeout_us = UINT64_MAX / 2;
-  h->handshake_timeout_us = (uint64_t)srv->cfg.tls_handshake_timeout_s * 1000000u;
+  h->timeout_us = (uint64_t)srv->cfg.http_timeout_s * 1000000u; /* 0: none */
+  if (tpu__sockset_init(&h->socks, io->base, &http_sock_ops, "http",
+                        srv->cfg.tls_handshake_timeout_s) != 0)
+    return -1;
   h->lfd = fcntl(srv->http_fd, F_DUPFD_CLOEXEC, 0);
   if (h->lfd < 0) return -1;
   h->accept_ev = event_new(io->base, h->lfd, EV_READ | EV_PERSIST, on_accept, h);
-  h->sweep_ev = event_new(io->base, -1, EV_PERSIST, on_sweep, h);
-  h->flush_ev = event_new(io->base, -1, 0, on_flush, h);
-  struct timeval sec = {.tv_sec = 1};
-  if (!h->accept_ev || !h->sweep_ev || !h->flush_ev || event_add(h->accept_ev, NULL) != 0 ||
-      event_add(h->sweep_ev, &sec) != 0)
-    return -1;
+  if (!h->accept_ev || event_add(h->accept_ev, NULL) != 0) return -1;
   return 0;
 }
 
@@ -1524,26 +1231,25 @@ void tpu__http_io_stop(tpu__io_t *io) {
   if (h->lfd >= 0) close(h->lfd);
   h->lfd = -1;
   /* Idle connections close now; the others after their answers are written. */
-  hconn_t *next;
-  for (hconn_t *c = h->conns; c; c = next) {
-    next = c->next;
-    c->no_more = 1;
+  tpu__sock_t *next;
+  for (tpu__sock_t *k = h->socks.socks; k; k = next) {
+    next = k->next;
+    hconn_t *c = conn_of(k);
+    no_more(c);
     c->close_after = 1;
     c->eof = 1;
-    if (c->nslots == 0 && !evbuffer_get_length(c->out))
-      conn_close(c, "server stopping");
+    if (c->nslots == 0 && !tpu__sock_unsent(k)) conn_close(c, "server stopping");
   }
 }
 
 void tpu__http_io_free(tpu__io_t *io) {
   struct tpu__http_io *h = io->http;
   if (!h) return;
-  while (h->conns) conn_close(h->conns, "server stopped");
+  while (h->socks.socks) conn_close(conn_of(h->socks.socks), "server stopped");
   /* Connections still waiting for calls that never came back (hard stop) are leaked to their
    * calls' owners no longer: nothing references them after the I/O thread is gone. */
   if (h->accept_ev) event_free(h->accept_ev);
-  if (h->sweep_ev) event_free(h->sweep_ev);
-  if (h->flush_ev) event_free(h->flush_ev);
+  tpu__sockset_free(&h->socks);
   if (h->lfd >= 0) close(h->lfd);
   while (h->free_slots) {
     hslot_t *s = h->free_slots;

@@ -5,32 +5,39 @@
  * memcached-style: each I/O thread runs its own event_base and owns its connections; nothing
  * else touches them. It learns of new sockets, finished calls and the stop request only through
  * its queue (queue.h: an eventfd written when the queue goes empty → non-empty). It never runs
- * compute and never blocks: frames are cut from the bufferevent's input with
- * tpu_frame_parse_header (the length is checked before the body is buffered), envelopes decoded
- * and handed to handlers.c.
+ * compute and never blocks. Connections are raw sockets (sock.h, shared with the HTTP port): a
+ * read event that stays enabled, a flat input buffer that frames are cut from in place with
+ * tpu_frame_parse_header (the length is checked before room for the body is made), an output
+ * evbuffer written with one writev at the end of each input's processing, and answers of
+ * completions written together by one deferred flush after the queue's batch. Envelopes are
+ * decoded and handed to handlers.c; an HTTP/2 connection's bytes go to grpc.c instead.
  *
  * Back-pressure: a connection stops reading when it has max-inflight-per-conn calls in flight or
  * more than max-unsent-bytes of output waiting; it resumes (and parses what is already buffered)
  * when a completion or a write brings it back under both limits. The kernel's socket buffers
- * then push back on the client.
+ * then push back on the client. Pausing and resuming are the only epoll_ctl calls of a
+ * connection besides the write event, which is armed only while the kernel refuses bytes.
  *
  * Lifetime: a connection whose socket closes (EOF, error, idle timeout, fatal frame) sets the
  * cancel flag of each call in flight and lingers until their completions return; the last one
- * frees it. No lock here: every field is touched by the owning thread only, except the queue
- * (its own mutex) and call->cancel (atomic).
+ * frees it (never inside one of its own callbacks: conn_hold). No lock here: every field is
+ * touched by the owning thread only, except the queue (its own mutex) and call->cancel (atomic).
  *
- * TLS (--tls-cert): the socket is wrapped in a bufferevent_openssl in accepting state, which runs
- * the handshake on this thread's loop without blocking it. Until BEV_EVENT_CONNECTED the read
- * timeout is --tls-handshake-timeout-s (a silent or slow peer costs one slot for that long, and
+ * Timeouts come from the sock set's once-a-second sweep: the TLS handshake's and, for HTTP/2,
+ * the SETTINGS acknowledgement's (--tls-handshake-timeout-s), then the idle timeout (HTTP/2:
+ * GOAWAY first), which does not apply while calls are in flight or output waits.
+ *
+ * TLS (--tls-cert): the socket carries an SSL in accept state, the handshake driven by sock.c
+ * on this thread's loop without blocking it. Until it is done the timeout is
+ * --tls-handshake-timeout-s (a silent or slow peer costs one slot for that long, and
  * max-connections bounds the slots); then the idle timeout takes over and the verified client
  * certificate's subject becomes the connection's identity. A failed handshake (plaintext, bad or
- * missing client certificate) is one debug line and a closed socket.
+ * missing client certificate) is one debug line and a closed socket. A client that closes
+ * without close_notify has still sent complete frames (an end of stream, not an error).
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <openssl/err.h>
 #include <stdlib.h>
@@ -85,11 +92,21 @@ static void conn_untrack(tpu__conn_t *conn, tpu__call_t *call) {
 
 /* ---- connection lifetime ---- */
 
+static tpu__conn_t *conn_of(tpu__sock_t *s) { return tpu_container_of(s, tpu__conn_t, sock); }
+
 static void conn_free(tpu__conn_t *conn) {
   tpu__io_t *io = conn->io;
   io->nlinger--;
+  tpu__sock_free(&conn->sock);
   free(conn);
   if (io->stopping && io->nconns == 0 && io->nlinger == 0) io_exit(io);
+}
+
+/* A callback that may close the connection holds it, so that it is freed only on the way out. */
+static void conn_hold(tpu__conn_t *conn) { conn->hold++; }
+
+static void conn_release(tpu__conn_t *conn) {
+  if (--conn->hold == 0 && conn->closed && conn->ncalls == 0) conn_free(conn);
 }
 
 static void conn_close(tpu__conn_t *conn, const char *why) {
@@ -98,19 +115,13 @@ static void conn_close(tpu__conn_t *conn, const char *why) {
   tpu_log_debug("connection %llu from %s closed: %s", (unsigned long long)conn->serial,
                 conn->peer, why);
   conn->closed = 1;
-  bufferevent_free(conn->bev); /* BEV_OPT_CLOSE_ON_FREE: closes the socket */
-  conn->bev = NULL;
+  tpu__sock_close(&conn->sock);
   tpu__grpc_free(conn);
   tpu_stats_dec(&tpu_stats.connections_open);
   for (tpu__call_t *c = conn->calls; c; c = c->next) atomic_store(&c->cancel, 1);
-  if (conn->prev)
-    conn->prev->next = conn->next;
-  else
-    io->conns = conn->next;
-  if (conn->next) conn->next->prev = conn->prev;
   io->nconns--;
   io->nlinger++;
-  if (conn->ncalls == 0) conn_free(conn);
+  if (conn->ncalls == 0 && conn->hold == 0) conn_free(conn);
 }
 
 void tpu__conn_close(tpu__conn_t *conn, const char *why) { conn_close(conn, why); }
@@ -148,8 +159,8 @@ void tpu__conn_send(tpu__conn_t *conn, const tpu_envelope_response_t *resp) {
       return;
     }
   }
-  struct evbuffer *out = bufferevent_get_output(conn->bev);
-  if (evbuffer_add_reference(out, frame, len, free_frame, frame) != 0) {
+  /* Written by whoever called: the end of the input's processing, or the deferred flush. */
+  if (evbuffer_add_reference(conn->sock.out, frame, len, free_frame, frame) != 0) {
     free(frame);
     conn_close(conn, "out of memory");
   }
@@ -165,23 +176,27 @@ void tpu__conn_send_error(tpu__conn_t *conn, uint64_t id, int code, const char *
 static int over_limits(tpu__conn_t *conn) {
   const tpu_config_t *cfg = &conn->io->srv->cfg;
   return conn->ncalls >= cfg->max_inflight_per_conn ||
-         evbuffer_get_length(bufferevent_get_output(conn->bev)) > cfg->max_unsent_bytes;
+         tpu__sock_unsent(&conn->sock) > cfg->max_unsent_bytes;
+}
+
+static void stop_reading(tpu__conn_t *conn) {
+  conn->read_paused = 1;
+  tpu__sock_pause(&conn->sock);
 }
 
 static void maybe_pause(tpu__conn_t *conn) {
-  if (!conn->closed && !conn->read_paused && over_limits(conn)) {
-    conn->read_paused = 1;
-    bufferevent_disable(conn->bev, EV_READ);
-  }
+  if (!conn->closed && !conn->read_paused && over_limits(conn)) stop_reading(conn);
 }
 
+/* Back under both limits: read again, parse what is already buffered, write its answers later. */
 static void maybe_resume(tpu__conn_t *conn) {
   if (conn->closed || !conn->read_paused || conn->close_after_write || conn->io->stopping)
     return;
   if (over_limits(conn)) return;
   conn->read_paused = 0;
-  bufferevent_enable(conn->bev, EV_READ);
-  conn_process(conn); /* frames that arrived while paused */
+  tpu__sock_resume(&conn->sock);
+  conn_process(conn);
+  if (!conn->closed) tpu__sock_flush_later(&conn->sock);
 }
 
 /* ---- input ---- */
@@ -196,9 +211,8 @@ static void fatal_frame(tpu__conn_t *conn, int code, const char *msg) {
                     code, msg);
   tpu__conn_send_error(conn, 0, code, msg);
   if (conn->closed) return;
-  conn->close_after_write = 1;
-  bufferevent_disable(conn->bev, EV_READ);
-  if (evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0) conn_close(conn, msg);
+  conn->close_after_write = 1; /* conn_write closes once the error is written */
+  stop_reading(conn);
 }
 
 /* ---- HTTP/2 (grpc.c) ---- */
@@ -206,79 +220,51 @@ static void fatal_frame(tpu__conn_t *conn, int code, const char *msg) {
 /* Bytes handed to nghttp2 at a time: back-pressure is checked between slices. */
 #define H2_SLICE 4096
 
-void tpu__conn_flush(tpu__conn_t *conn) {
-  if (conn->closed || !conn->h2) return;
-  struct evbuffer *out = bufferevent_get_output(conn->bev);
+/* Moves the session's frames into the output, up to max-unsent-bytes. Returns the bytes added. */
+static size_t h2_pull(tpu__conn_t *conn) {
+  struct evbuffer *out = conn->sock.out;
+  size_t before = evbuffer_get_length(out);
   if (tpu__grpc_output(conn, out, conn->io->srv->cfg.max_unsent_bytes) != 0 &&
       !conn->close_after_write) {
     conn->close_after_write = 1;
-    bufferevent_disable(conn->bev, EV_READ);
+    stop_reading(conn);
   }
+  return evbuffer_get_length(out) - before;
 }
 
-/* An HTTP/2 session is over and its last frames (GOAWAY, last answers) are written. Closing now
- * could lose them: a close with unread input (a WINDOW_UPDATE, a PING the client sent meanwhile)
- * makes the kernel send RST, and the client's stack may drop what it had not read yet. So: shut
- * down our sending side, read and discard until the client closes, and close then, or after
- * H2_LINGER_S. */
-#define H2_LINGER_S 2
-static void h2_linger(tpu__conn_t *conn) {
-  if (conn->lingering) return;
-  conn->lingering = 1;
-  shutdown(bufferevent_getfd(conn->bev), SHUT_WR);
-  struct timeval tv = {.tv_sec = H2_LINGER_S};
-  bufferevent_set_timeouts(conn->bev, &tv, NULL);
-  bufferevent_enable(conn->bev, EV_READ);
-  evbuffer_drain(bufferevent_get_input(conn->bev),
-                 evbuffer_get_length(bufferevent_get_input(conn->bev)));
-}
-
-/* Flushes; when the session is over and all is written, lingers before closing. */
-static void h2_flush(tpu__conn_t *conn) {
-  tpu__conn_flush(conn);
-  if (!conn->closed && conn->close_after_write &&
-      evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0)
-    h2_linger(conn);
+void tpu__conn_flush(tpu__conn_t *conn) {
+  if (conn->closed || !conn->h2) return;
+  h2_pull(conn);
+  tpu__sock_flush_later(&conn->sock);
 }
 
 void tpu__conn_settled(tpu__conn_t *conn) {
-  const tpu_config_t *cfg = &conn->io->srv->cfg;
-  struct timeval tv = {.tv_sec = cfg->idle_timeout_s};
-  bufferevent_set_timeouts(conn->bev, cfg->idle_timeout_s ? &tv : NULL, NULL);
+  conn->sock.timeout_us = (uint64_t)conn->io->srv->cfg.idle_timeout_s * 1000000u;
 }
 
 static void h2_process(tpu__conn_t *conn) {
-  struct evbuffer *in = bufferevent_get_input(conn->bev);
+  tpu__sock_t *s = &conn->sock;
   while (!conn->closed && !conn->read_paused && !conn->close_after_write) {
-    struct evbuffer_iovec v;
-    if (evbuffer_peek(in, -1, NULL, &v, 1) < 1 || v.iov_len == 0) break;
-    size_t n = v.iov_len < H2_SLICE ? v.iov_len : H2_SLICE;
-    int rc = tpu__grpc_recv(conn, v.iov_base, n);
-    evbuffer_drain(in, n);
+    size_t n = s->ilen - s->ioff;
+    if (n == 0) break;
+    if (n > H2_SLICE) n = H2_SLICE;
+    int rc = tpu__grpc_recv(conn, (const uint8_t *)s->ibuf + s->ioff, n);
+    if (conn->closed) break;
+    tpu__sock_consume(s, n);
     if (rc != 0) {
       conn->close_after_write = 1;
-      bufferevent_disable(conn->bev, EV_READ);
+      stop_reading(conn);
       break;
     }
     maybe_pause(conn);
   }
-  h2_flush(conn);
 }
 
 /* The first bytes (or ALPN) say what the client speaks: the HTTP/2 preface begins with 'P', a
  * framed request with its flag byte (0 or 1). Returns 0, or -1 when the connection was closed. */
 static int choose_protocol(tpu__conn_t *conn) {
-  int h2 = 0;
-  if (conn->io->srv->tls) {
-    SSL *ssl = bufferevent_openssl_get_ssl(conn->bev);
-    const unsigned char *p = NULL;
-    unsigned int l = 0;
-    if (ssl) SSL_get0_alpn_selected(ssl, &p, &l);
-    h2 = l == 2 && memcmp(p, TPU_TLS_ALPN_H2, 2) == 0;
-  }
-  uint8_t b = 0;
-  evbuffer_copyout(bufferevent_get_input(conn->bev), &b, 1);
-  if (b == 'P') h2 = 1;
+  tpu__sock_t *s = &conn->sock;
+  int h2 = tpu__sock_alpn_is(s, TPU_TLS_ALPN_H2) || s->ibuf[s->ioff] == 'P';
   if (!h2) {
     conn->proto = TPU__PROTO_FRAMED;
     return 0;
@@ -289,8 +275,8 @@ static int choose_protocol(tpu__conn_t *conn) {
   }
   conn->proto = TPU__PROTO_H2;
   /* Until the client acknowledges our SETTINGS it has the handshake's time, not the idle's. */
-  struct timeval tv = {.tv_sec = conn->io->srv->cfg.tls_handshake_timeout_s};
-  bufferevent_set_timeouts(conn->bev, &tv, NULL);
+  s->timeout_us = (uint64_t)conn->io->srv->cfg.tls_handshake_timeout_s * 1000000u;
+  s->last_us = tpu_now_us();
   tpu_log_debug("connection %llu from %s: gRPC over HTTP/2", (unsigned long long)conn->serial,
                 conn->peer);
   return 0;
@@ -298,8 +284,9 @@ static int choose_protocol(tpu__conn_t *conn) {
 
 static void conn_process(tpu__conn_t *conn) {
   tpu_server_t *srv = conn->io->srv;
+  tpu__sock_t *s = &conn->sock;
   if (conn->proto == TPU__PROTO_UNKNOWN) {
-    if (conn->closed || evbuffer_get_length(bufferevent_get_input(conn->bev)) == 0) return;
+    if (conn->closed || s->ilen == s->ioff) return;
     if (choose_protocol(conn) != 0) return;
   }
   if (conn->h2) {
@@ -307,11 +294,9 @@ static void conn_process(tpu__conn_t *conn) {
     return;
   }
   while (!conn->closed && !conn->read_paused && !conn->close_after_write) {
-    struct evbuffer *in = bufferevent_get_input(conn->bev);
-    size_t avail = evbuffer_get_length(in);
+    size_t avail = s->ilen - s->ioff;
     if (avail < TPU_FRAME_HEADER_SIZE) return;
-    uint8_t hdr[TPU_FRAME_HEADER_SIZE];
-    evbuffer_copyout(in, hdr, sizeof hdr);
+    const uint8_t *hdr = (const uint8_t *)s->ibuf + s->ioff;
     uint32_t len;
     tpu_proto_error_t perr;
     tpu_proto_status_t st = tpu_frame_parse_header(hdr, srv->cfg.max_message_bytes, &len, &perr);
@@ -319,16 +304,15 @@ static void conn_process(tpu__conn_t *conn) {
       fatal_frame(conn, tpu_proto_status_grpc_code(st), perr.msg);
       return;
     }
-    if (avail < TPU_FRAME_HEADER_SIZE + (size_t)len) return; /* wait for the whole body */
-    const uint8_t *body = evbuffer_pullup(in, (ev_ssize_t)(TPU_FRAME_HEADER_SIZE + len));
-    if (!body) {
-      conn_close(conn, "out of memory");
+    size_t need = TPU_FRAME_HEADER_SIZE + (size_t)len;
+    if (avail < need) { /* wait for the whole body, with room for it */
+      if (tpu__sock_reserve(s, need) != 0) conn_close(conn, "out of memory");
       return;
     }
     uint64_t now = tpu_now_us();
     Tpud__RequestEnvelope *env = NULL;
-    st = tpu_envelope_decode_request(body + TPU_FRAME_HEADER_SIZE, len, SIZE_MAX, &env, &perr);
-    evbuffer_drain(in, TPU_FRAME_HEADER_SIZE + len);
+    st = tpu_envelope_decode_request(hdr + TPU_FRAME_HEADER_SIZE, len, SIZE_MAX, &env, &perr);
+    tpu__sock_consume(s, need); /* the envelope holds copies; nothing moves until the next read */
     if (st != TPU_PROTO_OK) {
       int code = tpu_proto_status_grpc_code(st);
       if (perr.request_id != 0 && !tpu_proto_status_fatal(st)) {
@@ -349,21 +333,29 @@ static void conn_process(tpu__conn_t *conn) {
   }
 }
 
-static void on_read(struct bufferevent *bev, void *arg) {
-  tpu__conn_t *conn = arg;
-  if (conn->lingering) { /* the session is over: what the client still sends is discarded */
-    evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
-    return;
-  }
-  conn_process(conn);
-}
+/* An HTTP/2 session is over and its last frames (GOAWAY, last answers) are written. Closing now
+ * could lose them: a close with unread input (a WINDOW_UPDATE, a PING the client sent meanwhile)
+ * makes the kernel send RST, and the client's stack may drop what it had not read yet. So
+ * tpu__sock_linger: shut down our sending side, read and discard until the client closes, and
+ * close then, or after 2 s. */
 
-static void on_write(struct bufferevent *bev, void *arg) {
-  tpu__conn_t *conn = arg;
-  if (conn->h2) tpu__conn_flush(conn); /* frames nghttp2 held back at max-unsent-bytes */
-  if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+/* Writes the output (HTTP/2: pulling the session's frames first, more as the kernel takes them);
+ * then closes, lingers or resumes reading as due. The sock's flush callback. */
+static void conn_write(tpu__conn_t *conn) {
+  tpu__sock_t *s = &conn->sock;
+  if (conn->closed) return;
+  for (int round = 0; round < 8; round++) {
+    size_t pulled = conn->h2 ? h2_pull(conn) : 0;
+    if (tpu__sock_write(s) != 0) {
+      conn_close(conn, strerror(errno));
+      return;
+    }
+    /* nghttp2 stopped at max-unsent-bytes and the kernel took it all: there may be more. */
+    if (!conn->h2 || tpu__sock_unsent(s) || pulled < conn->io->srv->cfg.max_unsent_bytes) break;
+  }
+  if (tpu__sock_unsent(s) == 0) {
     if (conn->h2 && (conn->close_after_write || conn->io->stopping)) {
-      h2_linger(conn);
+      tpu__sock_linger(s);
       return;
     }
     if (conn->close_after_write) {
@@ -378,131 +370,84 @@ static void on_write(struct bufferevent *bev, void *arg) {
   maybe_resume(conn);
 }
 
-/* The handshake finished: identity, then the idle timeout instead of the handshake's. */
-static void tls_connected(tpu__conn_t *conn) {
-  conn->handshaking = 0;
-  SSL *ssl = bufferevent_openssl_get_ssl(conn->bev);
-  if (ssl) tpu_tls_peer_identity(ssl, conn->cert_cn, sizeof conn->cert_cn, conn->cert_subject,
-                                 sizeof conn->cert_subject);
-  const tpu_config_t *cfg = &conn->io->srv->cfg;
-  struct timeval tv = {.tv_sec = cfg->idle_timeout_s};
-  bufferevent_set_timeouts(conn->bev, cfg->idle_timeout_s ? &tv : NULL, NULL);
-  tpu_log_debug("connection %llu from %s: %s%s%s", (unsigned long long)conn->serial, conn->peer,
-                ssl ? SSL_get_version(ssl) : "TLS", conn->cert_subject[0] ? ", " : "",
-                conn->cert_subject);
+/* ---- the sock's callbacks (sock.h) ---- */
+
+static void on_input(tpu__sock_t *s) {
+  tpu__conn_t *conn = conn_of(s);
+  conn_hold(conn);
+  conn_process(conn);
+  conn_write(conn);
+  conn_release(conn);
 }
 
-static void on_event(struct bufferevent *bev, short what, void *arg) {
-  tpu__conn_t *conn = arg;
-  if (conn->lingering) {
-    conn_close(conn, (what & BEV_EVENT_TIMEOUT) ? "HTTP/2 session over (linger timeout)"
-                                                : "HTTP/2 session over");
-    return;
+static void on_flush(tpu__sock_t *s) {
+  tpu__conn_t *conn = conn_of(s);
+  conn_hold(conn);
+  conn_write(conn);
+  conn_release(conn);
+}
+
+static void on_eof(tpu__sock_t *s) {
+  tpu__conn_t *conn = conn_of(s);
+  if (s->ilen > s->ioff) {
+    tpu_stats_inc(&tpu_stats.bad_frames, 1);
+    tpu_log_warn("connection %llu from %s: stream ended inside a frame (%zu bytes pending)",
+                 (unsigned long long)conn->serial, conn->peer, s->ilen - s->ioff);
   }
-  if (what & BEV_EVENT_CONNECTED) {
-    tls_connected(conn);
-    return;
-  }
-  if ((what & BEV_EVENT_TIMEOUT) && conn->handshaking) {
+  conn_close(conn, "end of stream");
+}
+
+/* A socket error, a failed handshake, or the end of an HTTP/2 session's lingering close. */
+static void on_close(tpu__sock_t *s, const char *why) { conn_close(conn_of(s), why); }
+
+/* Handshake, SETTINGS-acknowledgement and idle timeouts. */
+static void on_timeout(tpu__sock_t *s, uint64_t now) {
+  tpu__conn_t *conn = conn_of(s);
+  if (s->handshaking) {
     tpu_stats_inc(&tpu_stats.bad_frames, 1);
     conn_close(conn, "TLS handshake timeout");
     return;
   }
-  if ((what & BEV_EVENT_TIMEOUT) && conn->h2 && !tpu__grpc_settled(conn)) {
+  if (conn->h2 && !tpu__grpc_settled(conn)) {
     tpu_stats_inc(&tpu_stats.bad_frames, 1);
     conn_close(conn, "HTTP/2 SETTINGS not acknowledged in time");
     return;
   }
-  if (what & BEV_EVENT_TIMEOUT) {
-    if (conn->ncalls > 0 || evbuffer_get_length(bufferevent_get_output(bev)) > 0) {
-      /* Not idle: the client waits for us. Re-arm (libevent disabled reading). */
-      if (!conn->read_paused && !conn->close_after_write) bufferevent_enable(bev, EV_READ);
-      return;
-    }
-    if (conn->h2 && !conn->close_after_write) { /* say goodbye; close once it is written */
-      tpu__grpc_goaway(conn, "idle timeout");
-      conn->close_after_write = 1;
-      h2_flush(conn);
-      return;
-    }
-    conn_close(conn, "idle timeout");
+  if (conn->ncalls > 0 || tpu__sock_unsent(s) > 0) {
+    s->last_us = now; /* not idle: the client waits for us */
     return;
   }
-  if (what & BEV_EVENT_EOF) {
-    struct evbuffer *in = bufferevent_get_input(bev);
-    if (evbuffer_get_length(in) > 0) {
-      tpu_stats_inc(&tpu_stats.bad_frames, 1);
-      tpu_log_warn("connection %llu from %s: stream ended inside a frame (%zu bytes pending)",
-                   (unsigned long long)conn->serial, conn->peer, evbuffer_get_length(in));
-    }
-    conn_close(conn, "end of stream");
+  if (conn->h2 && !conn->close_after_write) { /* say goodbye; close once it is written */
+    tpu__grpc_goaway(conn, "idle timeout");
+    conn->close_after_write = 1;
+    on_flush(s);
     return;
   }
-  if (what & BEV_EVENT_ERROR) {
-    unsigned long e = bufferevent_get_openssl_error(bev);
-    if (e) {
-      char why[256];
-      ERR_error_string_n(e, why, sizeof why);
-      while (bufferevent_get_openssl_error(bev)) {
-      }
-      /* Log first: conn_close frees a connection with nothing in flight. */
-      tpu_log_debug("connection %llu from %s: %s", (unsigned long long)conn->serial, conn->peer,
-                    why);
-      conn_close(conn, conn->handshaking ? "TLS handshake failed" : "TLS error");
-      return;
-    }
-    conn_close(conn, strerror(EVUTIL_SOCKET_ERROR()));
-    return;
-  }
+  conn_close(conn, "idle timeout");
 }
+
+static const tpu__sock_ops_t native_sock_ops = {
+    .input = on_input, .eof = on_eof, .flush = on_flush, .close = on_close,
+    .timeout = on_timeout};
 
 static void conn_open(tpu__io_t *io, const tpu__conn_msg_t *m) {
   tpu__conn_t *conn = calloc(1, sizeof *conn);
-  struct bufferevent *bev = NULL;
+  SSL *ssl = NULL;
   if (!conn) goto fail;
-  if (io->srv->tls) {
-    SSL *ssl = tpu_tls_new_ssl(io->srv->tls, TPU_TLS_NATIVE);
-    if (!ssl) goto fail;
-    /* Owns ssl from here, also on failure (BEV_OPT_CLOSE_ON_FREE frees it with the bev). */
-    bev = bufferevent_openssl_socket_new(io->base, m->fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
-                                         BEV_OPT_CLOSE_ON_FREE);
-    if (!bev) goto fail; /* (libevent may have freed ssl: leak it rather than free it twice) */
-    /* A client that closes without close_notify has still sent complete frames. */
-    bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
-    conn->handshaking = 1;
-  } else {
-    bev = bufferevent_socket_new(io->base, m->fd, BEV_OPT_CLOSE_ON_FREE);
-  }
-  if (!bev) goto fail;
+  if (io->srv->tls && !(ssl = tpu_tls_new_ssl(io->srv->tls, TPU_TLS_NATIVE))) goto fail;
+  if (tpu__sock_open(&io->socks, &conn->sock, m->fd, ssl, m->peer) != 0) goto fail; /* owns ssl */
   conn->io = io;
-  conn->bev = bev;
   conn->serial = atomic_fetch_add(&io->srv->next_conn_serial, 1) + 1;
   snprintf(conn->peer, sizeof conn->peer, "%s", m->peer);
-  const tpu_config_t *cfg = &io->srv->cfg;
-  bufferevent_setcb(bev, on_read, on_write, on_event, conn);
-  /* on_write fires when output falls to half the unsent limit: the resume point. */
-  bufferevent_setwatermark(bev, EV_WRITE, cfg->max_unsent_bytes / 2, 0);
-  if (conn->handshaking) {
-    struct timeval tv = {.tv_sec = cfg->tls_handshake_timeout_s};
-    bufferevent_set_timeouts(bev, &tv, &tv);
-  } else if (cfg->idle_timeout_s) {
-    struct timeval tv = {.tv_sec = cfg->idle_timeout_s};
-    bufferevent_set_timeouts(bev, &tv, NULL);
-  }
-  bufferevent_enable(bev, EV_READ | EV_WRITE);
-  conn->next = io->conns;
-  if (io->conns) io->conns->prev = conn;
-  io->conns = conn;
+  /* Under TLS the sweep applies --tls-handshake-timeout-s until the handshake is done. */
+  conn->sock.timeout_us = (uint64_t)io->srv->cfg.idle_timeout_s * 1000000u;
   io->nconns++;
   tpu_log_debug("connection %llu from %s on I/O thread %u", (unsigned long long)conn->serial,
                 conn->peer, io->index);
   return;
 fail:
   tpu_log_warn("connection from %s dropped: out of memory", m->peer);
-  if (bev)
-    bufferevent_free(bev);
-  else
-    close(m->fd);
+  close(m->fd);
   free(conn);
   tpu_stats_dec(&tpu_stats.connections_open);
 }
@@ -511,8 +456,8 @@ fail:
 
 static void io_stop_now(tpu__io_t *io);
 
-/* Leaves the loop. HTTP responses sent just before are still in their bufferevents (evhttp keeps
- * no count we could wait on), so with HTTP served the loop runs 100 ms more to flush them. */
+/* Leaves the loop. With HTTP served the loop runs 100 ms more, for HTTP answers still being
+ * written. */
 static void io_exit(tpu__io_t *io) {
   struct timeval tv = {.tv_sec = 0, .tv_usec = 100000};
   event_base_loopexit(io->base, io->http ? &tv : NULL);
@@ -520,7 +465,7 @@ static void io_exit(tpu__io_t *io) {
 
 static void on_stop_timer(evutil_socket_t fd, short what, void *arg) {
   tpu__io_t *io = arg;
-  while (io->conns) conn_close(io->conns, "server stopping (flush timed out)");
+  while (io->socks.socks) conn_close(conn_of(io->socks.socks), "server stopping (flush timed out)");
   io_exit(io);
 }
 
@@ -529,19 +474,19 @@ static void io_stop_now(tpu__io_t *io) {
   /* Every HTTP call came back before this message (compute stopped first) and was answered;
    * stop accepting HTTP connections. evhttp is freed after the loop (tpu__io_free). */
   tpu__http_io_stop(io);
-  tpu__conn_t *next;
-  for (tpu__conn_t *c = io->conns; c; c = next) {
-    next = c->next;
-    bufferevent_disable(c->bev, EV_READ);
-    if (c->h2) { /* GOAWAY, then linger (h2_linger) until the client closes */
-      if (!c->lingering) {
+  tpu__sock_t *next;
+  for (tpu__sock_t *s = io->socks.socks; s; s = next) {
+    next = s->next;
+    tpu__conn_t *c = conn_of(s);
+    tpu__sock_pause(s);
+    if (c->h2) { /* GOAWAY, then linger (tpu__sock_linger) until the client closes */
+      if (!s->lingering) {
         tpu__grpc_goaway(c, "server stopping");
-        h2_flush(c);
+        on_flush(s);
       }
       continue;
     }
-    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-      conn_close(c, "server stopping");
+    if (tpu__sock_unsent(s) == 0) conn_close(c, "server stopping");
   }
   if (io->nconns == 0 && io->nlinger == 0) {
     io_exit(io);
@@ -592,11 +537,11 @@ static void on_queue(evutil_socket_t fd, short what, void *arg) {
       tpu__call_free(call);
       atomic_fetch_sub(&io->srv->inflight, 1);
       if (was_closed) {
-        if (conn->ncalls == 0) conn_free(conn);
-      } else if (conn->h2 && conn->close_after_write) {
-        h2_flush(conn); /* lingers once all is written */
+        if (conn->ncalls == 0 && conn->hold == 0) conn_free(conn);
       } else {
-        maybe_resume(conn);
+        /* Written after this batch of completions, together (conn_write lingers once an
+         * HTTP/2 session that is over has written all, and resumes reading under the limits). */
+        tpu__sock_flush_later(&conn->sock);
       }
       break;
     }
@@ -606,11 +551,12 @@ static void on_queue(evutil_socket_t fd, short what, void *arg) {
     case TPU__MSG_DRAIN:
       /* gRPC clients move to another server on GOAWAY; streams already begun are answered,
        * later ones are refused unprocessed (REFUSED_STREAM), which clients retry safely. */
-      for (tpu__conn_t *c = io->conns, *cn; c; c = cn) {
-        cn = c->next;
+      for (tpu__sock_t *s = io->socks.socks, *sn; s; s = sn) {
+        sn = s->next;
+        tpu__conn_t *c = conn_of(s);
         if (!c->h2 || c->close_after_write) continue;
         tpu__grpc_goaway(c, "server draining");
-        h2_flush(c); /* may close c */
+        on_flush(s); /* may close c */
       }
       break;
     }
@@ -638,6 +584,9 @@ int tpu__io_start(tpu_server_t *srv) {
     if (tpu_queue_init(&io->queue) != 0) return -1;
     io->queue_ev = event_new(io->base, tpu_queue_fd(&io->queue), EV_READ | EV_PERSIST, on_queue, io);
     if (!io->queue_ev || event_add(io->queue_ev, NULL) != 0) return -1;
+    if (tpu__sockset_init(&io->socks, io->base, &native_sock_ops, "native",
+                          srv->cfg.tls_handshake_timeout_s) != 0)
+      return -1;
     if (srv->http_fd >= 0 && tpu__http_io_start(io) != 0) return -1;
     if (pthread_create(&io->thread, NULL, io_main, io) != 0) return -1;
     io->started = 1;
@@ -689,7 +638,7 @@ void tpu__io_free(tpu_server_t *srv) {
   for (unsigned i = 0; i < srv->nio; i++) {
     tpu__io_t *io = &srv->io[i];
     /* Anything left (only after a hard stop): free it. */
-    while (io->conns) conn_close(io->conns, "server stopped");
+    while (io->socks.socks) conn_close(conn_of(io->socks.socks), "server stopped");
     if (io->queue.efd >= 0) {
       tpu_qnode_t *n = tpu_queue_take(&io->queue);
       while (n) {
@@ -708,6 +657,7 @@ void tpu__io_free(tpu_server_t *srv) {
       tpu_queue_destroy(&io->queue);
     }
     tpu__http_io_free(io);
+    tpu__sockset_free(&io->socks);
     if (io->stop_timer) event_free(io->stop_timer);
     if (io->queue_ev) event_free(io->queue_ev);
     if (io->base) event_base_free(io->base);

@@ -33,6 +33,7 @@
 #include "queue.h"
 #include "repository.h"
 #include "server.h"
+#include "sock.h"
 #include "stats.h"
 #include "tls.h"
 #include "tpu_envelope.h"
@@ -129,23 +130,19 @@ enum { TPU__PROTO_UNKNOWN = 0, TPU__PROTO_FRAMED = 1, TPU__PROTO_H2 = 2 };
 
 /* A client connection, owned by one I/O thread. */
 struct tpu__conn {
+  tpu__sock_t sock;        /* socket, input, output, TLS and client certificate (sock.h) */
   tpu__io_t *io;
-  struct bufferevent *bev; /* NULL once closed */
   uint64_t serial;
   char peer[64];
   tpu__call_t *calls;      /* in flight */
   size_t ncalls;
+  int hold;                /* inside an I/O callback: not freed before it returns (io.c) */
   int closed;              /* socket gone; freed when ncalls reaches 0 */
-  int read_paused;         /* back-pressure: reading disabled */
+  int read_paused;         /* back-pressure: reading stopped */
   int close_after_write;   /* a fatal frame error: flush the error, then close */
-  int lingering;           /* HTTP/2 over and written: discarding input until EOF (io.c) */
-  int handshaking;         /* TLS: the handshake has not finished (handshake timeout armed) */
   int proto;               /* TPU__PROTO_*: what the client speaks, known from its first bytes */
   tpu__h2_t *h2;           /* gRPC over HTTP/2 (grpc.c); NULL for the framed protocol */
-  char cert_cn[TPU_AUTH_MAX_NAME + 1];  /* verified client certificate's CN; "" = none */
-  char cert_subject[160];  /* "CN=... SAN=..." for the audit log; "" = none */
   char who[TPU_AUTH_IDENTITY_MAX]; /* the current request's identity (set per request) */
-  tpu__conn_t *prev, *next; /* the I/O thread's open connections */
 };
 
 struct tpu__io {
@@ -157,7 +154,7 @@ struct tpu__io {
   tpu_queue_t queue;
   struct event *queue_ev;
   struct event *stop_timer;
-  tpu__conn_t *conns;      /* open connections */
+  tpu__sockset_t socks;    /* open native connections (sock.h), their sweep and flushes */
   size_t nconns;
   size_t nlinger;          /* closed connections waiting for completions */
   int stopping;
