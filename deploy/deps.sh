@@ -15,7 +15,7 @@ build_pkgs=(
   libevent-dev libprotobuf-c-dev protobuf-c-compiler
   libssl-dev openssl libjansson-dev libcunit1-dev libnghttp2-dev
   python3 python3-numpy curl
-  python3-grpcio protobuf-compiler protobuf-compiler-grpc
+  python3-grpcio python3-h2 protobuf-compiler protobuf-compiler-grpc
 )
 bench_pkgs=(libdnnl-dev libopenblas-dev g++ nghttp2-client)
 fuzz_pkgs=(clang libclang-rt-14-dev)
