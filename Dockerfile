@@ -39,7 +39,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 # Runtime libraries only; curl is the HEALTHCHECK's client.
 RUN apt-get update -q \
  && apt-get install -y -q --no-install-recommends \
-      libevent-2.1-7 libevent-pthreads-2.1-7 libevent-openssl-2.1-7 \
+      libevent-2.1-7 libevent-pthreads-2.1-7 \
       libprotobuf-c1 libjansson4 libssl3 libnghttp2-14 curl ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 tpud \

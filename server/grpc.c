@@ -14,10 +14,13 @@
  * HEADERS, DATA (the 5-byte prefix and the message) and trailers (grpc-status, grpc-message),
  * or one trailers-only HEADERS frame for an error.
  *
- * The nghttp2 session does no I/O: io.c feeds it the bufferevent's input (tpu__grpc_recv, in
- * slices, checking back-pressure between slices) and drains its output into the bufferevent
+ * The nghttp2 session does no I/O: io.c feeds it the connection's flat input buffer (sock.h;
+ * tpu__grpc_recv, in slices, checking back-pressure between slices) and drains its output into
+ * the connection's output evbuffer
  * (tpu__grpc_output, stopping at max-unsent-bytes; the write callback asks for more). Answers
- * submitted from inside a receive callback are only queued; io.c flushes after the slice.
+ * submitted from inside a receive callback are only queued; io.c writes after the input is
+ * processed. An answer from a completion is pulled at once and written by the deferred flush
+ * after the batch of completions (tpu__conn_flush).
  *
  * Streams: a stream's request body is gathered (bounded by max-message-bytes, and all streams of
  * a connection together by the same figure) and dispatched at END_STREAM. A stream the client
@@ -33,7 +36,6 @@
  */
 #include <ctype.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <inttypes.h>
 #include <nghttp2/nghttp2.h>
 #include <stdio.h>

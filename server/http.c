@@ -6,7 +6,8 @@
  * on its own dup() of it with its own event, so a connection lives for good on the thread that
  * accepted it, like a native connection, and only that thread touches it. No lock here.
  *
- * Connections are our own (no evhttp): a raw non-blocking fd with a persistent read event that
+ * Connections are our own (no evhttp), on the raw-socket layer both ports share (sock.h; this
+ * file keeps the HTTP side of it): a raw non-blocking fd with a persistent read event that
  * stays enabled, a flat input buffer that http_parser.c cuts request heads from (bytes in, no
  * sockets there), and an output evbuffer written with one writev per flush. Reading never
  * toggles per request, so steady keep-alive traffic costs one read and one write per request and

@@ -333,14 +333,13 @@ static void conn_process(tpu__conn_t *conn) {
   }
 }
 
-/* An HTTP/2 session is over and its last frames (GOAWAY, last answers) are written. Closing now
- * could lose them: a close with unread input (a WINDOW_UPDATE, a PING the client sent meanwhile)
+/* Writes the output (HTTP/2: pulling the session's frames first, more as the kernel takes them);
+ * then closes, lingers or resumes reading as due.
+ * An HTTP/2 session that is over and has written its last frames (GOAWAY, last answers) is not
+ * closed at once: a close with unread input (a WINDOW_UPDATE, a PING the client sent meanwhile)
  * makes the kernel send RST, and the client's stack may drop what it had not read yet. So
  * tpu__sock_linger: shut down our sending side, read and discard until the client closes, and
  * close then, or after 2 s. */
-
-/* Writes the output (HTTP/2: pulling the session's frames first, more as the kernel takes them);
- * then closes, lingers or resumes reading as due. The sock's flush callback. */
 static void conn_write(tpu__conn_t *conn) {
   tpu__sock_t *s = &conn->sock;
   if (conn->closed) return;
@@ -372,20 +371,18 @@ static void conn_write(tpu__conn_t *conn) {
 
 /* ---- the sock's callbacks (sock.h) ---- */
 
-static void on_input(tpu__sock_t *s) {
+/* Processes the input (when `input`), then writes; the connection outlives both (conn_hold). */
+static void conn_serve(tpu__sock_t *s, int input) {
   tpu__conn_t *conn = conn_of(s);
   conn_hold(conn);
-  conn_process(conn);
+  if (input) conn_process(conn);
   conn_write(conn);
   conn_release(conn);
 }
 
-static void on_flush(tpu__sock_t *s) {
-  tpu__conn_t *conn = conn_of(s);
-  conn_hold(conn);
-  conn_write(conn);
-  conn_release(conn);
-}
+static void on_input(tpu__sock_t *s) { conn_serve(s, 1); }
+
+static void on_flush(tpu__sock_t *s) { conn_serve(s, 0); }
 
 static void on_eof(tpu__sock_t *s) {
   tpu__conn_t *conn = conn_of(s);

@@ -1,5 +1,5 @@
 /*
- * server_int.h - structures shared by the files of the server core (server.c, io.c,
+ * server_int.h - structures shared by the files of the server core (server.c, io.c, sock.c,
  * handlers.c, compute.c); not an API. Names shared across these files carry `tpu__`.
  *
  * DESIGN
@@ -219,8 +219,9 @@ void tpu__call_free(tpu__call_t *call);
 /* Closes a connection (I/O thread); frees it unless calls are in flight. */
 void tpu__conn_close(tpu__conn_t *conn, const char *why);
 /* HTTP/2: moves what the session has to send into the connection's output, up to
- * max-unsent-bytes; when the session is over (or failed) marks the connection to close once
- * its output is written. Never closes the connection itself. */
+ * max-unsent-bytes, and asks for a write after the current batch of events (sock.h); when the
+ * session is over (or failed) marks the connection to close once its output is written. Never
+ * closes the connection itself. */
 void tpu__conn_flush(tpu__conn_t *conn);
 /* HTTP/2: the client acknowledged our SETTINGS; the idle timeout replaces the handshake's. */
 void tpu__conn_settled(tpu__conn_t *conn);
