@@ -6,9 +6,22 @@
 # counts requests served and failed and holds the failures to what the HAProxy policy in
 # haproxy.cfg documents:
 #   HTTP (8501, HTTP mode, retries + redispatch + retry-on): no failed request.
-#   native (8500, TCP mode): at most the requests in flight on the client connections that were
-#     pinned to the killed replica (its current sessions in HAProxy's statistics at the kill,
-#     times the pipeline depth); every other request succeeds.
+#   native (8500, TCP mode): at most the requests in flight on the client connections that HAProxy
+#     had on the killed replica while it died, times the pipeline depth; every other request
+#     succeeds. Those connections are (a) the ones pinned to it at the kill (its current sessions
+#     in HAProxy's statistics) and (b) the ones HAProxy opened to it after the kill that the dying
+#     replica's kernel still accepted: a SIGKILLed process's sockets are released one by one, its
+#     established connections can close a few milliseconds before its listening socket does, and
+#     in that window a connect succeeds (the kernel completes the handshake), HAProxy forwards the
+#     request, and the connection is reset when the listening socket goes. In TCP mode no balancer
+#     can tell such a connection from a healthy one, nor replay the bytes it sent; leastconn sends
+#     the reconnecting clients of the dead replica straight back to it (it has just dropped to no
+#     sessions), so (b) is not rare. (b) is measured from HAProxy's counters for that server
+#     between the kill and its being marked down: connection attempts (stot) minus the attempts
+#     that failed to connect (redispatched: wredis, retried on it: wretr, given up: econ), which
+#     HAProxy retried elsewhere, costing no request. A client lands in (b) at most once (its
+#     connection lasts until the listening socket closes, which ends the window), so (b) <= (a)
+#     and the bound is at most 2 x (a) x depth.
 # It also checks that HAProxy saw the replica go down, that the restarted replica serves again,
 # and that the replicas' answers agree. $1 = build directory (tpud, tpubench), $2 = source dir.
 # Needs haproxy (deploy/deps.sh deploy).
@@ -69,21 +82,24 @@ wait_ready() { # $1 = index
   done
   echo "replica $1 did not become ready:"; cat "$WORK/tpud$1.log"; return 1
 }
-# stat BACKEND SERVER FIELD: one field of HAProxy's CSV statistics.
+# stat BACKEND SERVER FIELD...: fields of HAProxy's CSV statistics (one snapshot), space-separated;
+# an empty field (a counter HAProxy leaves blank) reads as 0.
 stat() {
   curl -fs "http://127.0.0.1:$LB_STATS/stats;csv" | python3 -c '
 import csv, sys
 rows = list(csv.DictReader(l.lstrip("# ") for l in sys.stdin))
-print(next(r[sys.argv[3]] for r in rows if r["pxname"] == sys.argv[1] and r["svname"] == sys.argv[2]))
-' "$1" "$2" "$3"
+r = next(r for r in rows if r["pxname"] == sys.argv[1] and r["svname"] == sys.argv[2])
+print(" ".join(r[f] or "0" for f in sys.argv[3:]))
+' "$@"
 }
-wait_up() { # $1 = backend, $2 = server: until HAProxy's check marks it UP
+wait_status() { # $1 = backend, $2 = server, $3 = UP or DOWN: until HAProxy's check says so (10 s)
   for _ in $(seq 1 100); do
-    [ "$(stat "$1" "$2" status 2>/dev/null)" = UP ] && return 0
+    [ "$(stat "$1" "$2" status 2>/dev/null)" = "$3" ] && return 0
     sleep 0.1
   done
-  echo "HAProxy never marked $1/$2 UP"; return 1
+  echo "HAProxy never marked $1/$2 $3"; return 1
 }
+wait_up() { wait_status "$1" "$2" UP; }
 
 for i in 0 1 2; do start_replica $i; done
 for i in 0 1 2; do wait_ready $i; done
@@ -134,16 +150,23 @@ EOF
 # run_phase PROTOCOL LB_PORT BACKEND: load, kill replica 2 mid-run, restart it; prints figures.
 run_phase() {
   local proto=$1 port=$2 backend=$3
-  local down0 stot0 scur served failed reconnects bound
+  local down0 stot0 scur served failed reconnects bound late=0
+  local tot0 redis0 retr0 econ0 tot1 redis1 retr1 econ1
   down0=$(stat "$backend" tpud2 chkdown)
   "$BENCH" --protocol "$proto" --addr "127.0.0.1:$port" -c $CONNS -D $DEPTH -d "$DURATION" \
     --warmup 1 --json >"$WORK/bench_$proto.json" 2>"$WORK/bench_$proto.err" &
   local bench=$!
   sleep $((1 + KILL_AT))
-  scur=$(stat "$backend" tpud2 scur)
+  read -r scur tot0 redis0 retr0 econ0 < <(stat "$backend" tpud2 scur stot wredis wretr econ)
   kill -KILL "${PIDS[1]}"
   wait "${PIDS[1]}" 2>/dev/null || true
   sleep "$DOWN_FOR"
+  # Down before it comes back (else the chkdown check below would race the restart), and the
+  # connections HAProxy opened to it since the kill, now that it sends it none.
+  wait_status "$backend" tpud2 DOWN || fail "$proto: HAProxy did not mark the killed replica down"
+  read -r tot1 redis1 retr1 econ1 < <(stat "$backend" tpud2 stot wredis wretr econ)
+  # (HTTP mode counts requests there, not connections; its bound is 0 either way.)
+  [ "$proto" = http ] || late=$(((tot1 - tot0) - (redis1 - redis0) - (retr1 - retr0) - (econ1 - econ0)))
   start_replica 1
   wait_ready 1
   wait_up "$backend" tpud2
@@ -152,12 +175,19 @@ run_phase() {
   read -r served failed reconnects < <(python3 -c '
 import json, sys; j = json.load(open(sys.argv[1])); print(j["requests"], j["errors"], j.get("reconnects", 0))
 ' "$WORK/bench_$proto.json") || { fail "$proto: tpubench gave no result: $(cat "$WORK/bench_$proto.err")"; return; }
-  if [ "$proto" = http ]; then bound=0; else bound=$((scur * DEPTH)); fi
-  printf '  %-6s %8d served, %d failed (policy allows %s: %s), %d reconnects; replica 2 had %s %s at the kill\n' \
-    "$proto" "$served" "$failed" "$bound" \
-    "$([ "$proto" = http ] && echo 'HTTP retries' || echo 'in-flight on its connections')" \
-    "$reconnects" "$scur" "$([ "$proto" = http ] && echo 'requests in flight' || echo 'client connections')"
-  echo "FAILOVER $proto served=$served failed=$failed allowed=$bound" >>"$WORK/figures"
+  if [ "$proto" = http ]; then
+    bound=0
+    printf '  %-6s %8d served, %d failed (policy allows 0: HTTP retries), %d reconnects; replica 2 had %s requests in flight at the kill\n' \
+      "$proto" "$served" "$failed" "$reconnects" "$scur"
+  else
+    bound=$(((scur + late) * DEPTH))
+    printf '  %-6s %8d served, %d failed (policy allows %d: in flight on its connections, (%d at the kill + %d opened in its teardown) x depth %d), %d reconnects\n' \
+      "$proto" "$served" "$failed" "$bound" "$scur" "$late" "$DEPTH" "$reconnects"
+    # A client is caught in the teardown window at most once: more means something else.
+    [ "$late" -ge 0 ] && [ "$late" -le "$scur" ] ||
+      fail "$proto: $late connections opened to the killed replica after the kill, more than its $scur clients"
+  fi
+  echo "FAILOVER $proto served=$served failed=$failed allowed=$bound at_kill=$scur late=$late" >>"$WORK/figures"
   [ "$failed" -le "$bound" ] || fail "$proto: $failed requests failed, the policy allows $bound"
   [ "$served" -ge $((DURATION * 200)) ] || fail "$proto: only $served requests served in ${DURATION} s"
   [ "$(stat "$backend" tpud2 chkdown)" -gt "$down0" ] ||

@@ -17,6 +17,7 @@
 #include "tpu_envelope.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -414,10 +415,78 @@ void tpu_envelope_response_free(Tpud__ResponseEnvelope *env) {
   if (env) tpud__response_envelope__free_unpacked(env, NULL);
 }
 
+static int wire_varint(const uint8_t *p, size_t n, size_t *off, uint64_t *v) {
+  *v = 0;
+  for (unsigned shift = 0; shift < 64 && *off < n; shift += 7) {
+    uint8_t b = p[(*off)++];
+    *v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) return 1;
+  }
+  return 0;
+}
+
+/*
+ * proto3 says a string field holds UTF-8, and tpud keeps names as C strings, which a NUL byte
+ * would silently cut ("digits\0evil" read as "digits"); protobuf-c checks neither and drops
+ * the length. So before unpacking, walk the wire bytes with the message's descriptor and check
+ * every string field, following message fields (and map entries) down. Returns 0, or -1 with
+ * `why` naming the field and the fault. Bytes that are not well-formed protobuf are left to
+ * protobuf_c_message_unpack, which rejects them with its own error.
+ */
+static int check_strings(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t n,
+                         int depth, char *why, size_t whylen) {
+  size_t off = 0;
+  while (off < n) {
+    uint64_t tag, v;
+    if (!wire_varint(p, n, &off, &tag)) return 0;
+    switch (tag & 7) {
+    case 0:
+      if (!wire_varint(p, n, &off, &v)) return 0;
+      break;
+    case 1:
+      off += 8;
+      break;
+    case 5:
+      off += 4;
+      break;
+    case 2: {
+      if (!wire_varint(p, n, &off, &v) || v > n - off) return 0;
+      const ProtobufCFieldDescriptor *f =
+          tag >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(desc, (unsigned)(tag >> 3))
+                                 : NULL;
+      if (f && f->type == PROTOBUF_C_TYPE_STRING) {
+        const uint8_t *s = p + off;
+        if (memchr(s, 0, (size_t)v)) {
+          snprintf(why, whylen, "field %s.%s holds a NUL byte, which no name may contain",
+                   desc->name, f->name);
+          return -1;
+        }
+        if (!tpu_utf8_valid(s, (size_t)v)) {
+          snprintf(why, whylen, "field %s.%s is not valid UTF-8 (proto3 strings must be)",
+                   desc->name, f->name);
+          return -1;
+        }
+      } else if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < 32) {
+        if (check_strings(f->descriptor, p + off, (size_t)v, depth + 1, why, whylen) != 0)
+          return -1;
+      }
+      off += (size_t)v;
+      break;
+    }
+    default:
+      return 0;
+    }
+  }
+  return 0;
+}
+
 static tpu_proto_status_t unpack_payload(const ProtobufCMessageDescriptor *desc,
                                          const ProtobufCBinaryData *payload, uint64_t id,
                                          const char *method, ProtobufCMessage **out,
                                          tpu_proto_error_t *err) {
+  char why[200];
+  if (check_strings(desc, payload->data, payload->len, 0, why, sizeof why) != 0)
+    return tpu__proto_error(err, TPU_PROTO_EDECODE, id, "%s: %s", method, why);
   *out = protobuf_c_message_unpack(desc, NULL, payload->len, payload->data);
   if (!*out)
     return tpu__proto_error(err, TPU_PROTO_EDECODE, id,

@@ -152,6 +152,12 @@ size_t tpu_frame_decoder_pending(const tpu_frame_decoder_t *dec);
 /* Heap bytes the decoder's gathering buffer holds now (for memory accounting and tests). */
 size_t tpu_frame_decoder_capacity(const tpu_frame_decoder_t *dec);
 
+/* ---- text ---- */
+
+/* Whether s[0..n) is valid UTF-8: no overlong forms, surrogates or values above U+10FFFF (what
+ * proto3 requires of a string field and JSON of a string). NUL bytes are valid UTF-8. */
+bool tpu_utf8_valid(const uint8_t *s, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -224,41 +224,6 @@ __attribute__((format(printf, 2, 3))) static void sb_printf(sbuf_t *b, const cha
   free(big);
 }
 
-/* Returns 1 when s[0..n) is valid UTF-8 (no overlongs, surrogates or values above U+10FFFF). */
-static int utf8_valid(const uint8_t *s, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    uint8_t c = s[i];
-    size_t len;
-    uint32_t cp;
-    if (c < 0x80) {
-      i++;
-      continue;
-    } else if ((c & 0xe0) == 0xc0) {
-      len = 2;
-      cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      len = 3;
-      cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return 0;
-    }
-    if (i + len > n) return 0;
-    for (size_t k = 1; k < len; k++) {
-      if ((s[i + k] & 0xc0) != 0x80) return 0;
-      cp = (cp << 6) | (s[i + k] & 0x3f);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-      return 0;
-    i += len;
-  }
-  return 1;
-}
-
 /* Appends s[0..n) as a JSON string literal; the caller has checked it is valid UTF-8. */
 static void sb_json_string(sbuf_t *b, const char *s, size_t n) {
   sb_put(b, "\"", 1);
@@ -1079,7 +1044,7 @@ static int fp_string(fp_t *f, const char **s, size_t *n) {
       *s = b;
       *n = (size_t)(f->p - b);
       f->p++;
-      return !high || utf8_valid((const uint8_t *)b, *n);
+      return !high || tpu_utf8_valid((const uint8_t *)b, *n);
     }
     if (c == '\\' || c < 0x20) return 0;
     high |= c >= 0x80;
@@ -1540,7 +1505,7 @@ static tpu_oip_json_status_t format_raw_data(ectx_t *e, sbuf_t *b, const dtype_t
         return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
                     "%s: BYTES element %zu claims %" PRIu64 " bytes, %zu remain", what, i, n,
                     nbytes - off);
-      if (!utf8_valid(p + off, (size_t)n))
+      if (!tpu_utf8_valid(p + off, (size_t)n))
         return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
                     "%s: BYTES element %zu is not valid UTF-8, which JSON cannot carry", what, i);
       if (i) sb_put(b, ",", 1);
@@ -1626,7 +1591,7 @@ static tpu_oip_json_status_t format_contents(ectx_t *e, sbuf_t *b, const dtype_t
     case K_FP32: sb_float(b, c->fp32_contents[i]); break;
     case K_FP64: sb_double(b, c->fp64_contents[i]); break;
     case K_BYTES:
-      if (!utf8_valid(c->bytes_contents[i].data, c->bytes_contents[i].len))
+      if (!tpu_utf8_valid(c->bytes_contents[i].data, c->bytes_contents[i].len))
         return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
                     "%s: BYTES element %zu is not valid UTF-8, which JSON cannot carry", what, i);
       sb_json_string(b, (const char *)c->bytes_contents[i].data, c->bytes_contents[i].len);
@@ -1686,7 +1651,7 @@ static tpu_oip_json_status_t sb_field_string(ectx_t *e, sbuf_t *b, const char *s
                                              const char *what) {
   if (!s) s = "";
   size_t n = strlen(s);
-  if (!utf8_valid((const uint8_t *)s, n))
+  if (!tpu_utf8_valid((const uint8_t *)s, n))
     return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: not valid UTF-8", what);
   sb_json_string(b, s, n);
   return TPU_OIP_JSON_OK;

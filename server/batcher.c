@@ -289,6 +289,11 @@ int tpu_batcher_submit(tpu_batcher_t *b, tpu_batch_req_t *r, char *msg, size_t m
   r->queue_us = r->compute_us = r->batch_id = 0;
   r->bucket = r->taken = r->computed = 0;
   r->link.next = NULL;
+  if (r->rows > b->cfg.queue_rows) { /* not an overload: it can never be queued, don't retry */
+    snprintf(msg, msglen, "%s: a request of %zu rows exceeds the queue's limit %zu rows "
+             "(--queue-rows): send it in smaller requests", b->name, r->rows, b->cfg.queue_rows);
+    return TPU_CODE_RESOURCE_EXHAUSTED;
+  }
   pthread_mutex_lock(&b->mu);
   if (b->stopping) {
     if (b->stop_why[0])

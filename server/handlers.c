@@ -58,13 +58,29 @@ static void do_server_ready(tpu__conn_t *conn, uint64_t id) {
   reply(conn, id, TPU_CODE_OK, NULL, &r.base, NULL);
 }
 
+/* The deadline of a request received at `received_us` with a relative timeout (0 = none); a
+ * timeout too large to add is no deadline rather than one that wrapped into the past. */
+static uint64_t deadline_of(uint64_t received_us, uint64_t timeout_us) {
+  if (!timeout_us || timeout_us > UINT64_MAX - received_us) return 0;
+  return received_us + timeout_us;
+}
+
+/* A request that names no model is malformed (INVALID_ARGUMENT), as for ModelLoad. */
+static int no_model_name(tpu__conn_t *conn, uint64_t id, const char *name) {
+  if (name && *name) return 0;
+  reply_error(conn, id, TPU_CODE_INVALID_ARGUMENT, "no model name given", NULL);
+  return 1;
+}
+
 static void do_model_ready(tpu__conn_t *conn, uint64_t id, Inference__ModelReadyRequest *q) {
   char msg[256];
+  if (no_model_name(conn, id, q->name)) return;
   tpu__model_t *m = tpu__server_find_model(conn->io->srv, q->name, q->version, msg, sizeof msg);
   Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
   r.ready = m != NULL && !atomic_load(&conn->io->srv->draining);
-  /* An unknown model is NOT_FOUND; a known one that cannot serve is ready = false. */
-  if (!m && strstr(msg, "not in the repository")) {
+  /* A model or version the repository does not list is NOT_FOUND (as HTTP's 404); one that
+   * exists but cannot serve now is ready = false. */
+  if (!m && tpu__model_absent(conn->io->srv, q->name, q->version)) {
     reply_error(conn, id, TPU_CODE_NOT_FOUND, msg, NULL);
     return;
   }
@@ -85,6 +101,7 @@ static void do_server_metadata(tpu__conn_t *conn, uint64_t id) {
 static void do_model_metadata(tpu__conn_t *conn, uint64_t id, Inference__ModelMetadataRequest *q) {
   tpu_server_t *srv = conn->io->srv;
   char msg[256];
+  if (no_model_name(conn, id, q->name)) return;
   tpu__model_t *m = tpu__server_find_model(srv, q->name, q->version, msg, sizeof msg);
   if (!m) {
     reply_error(conn, id, TPU_CODE_NOT_FOUND, msg, NULL);
@@ -200,7 +217,13 @@ int tpu__infer_submit(tpu__io_t *io, const char *client, Inference__ModelInferRe
   *out = NULL;
   *model_out = NULL;
   int code;
-  tpu__model_t *m = tpu__server_find_model(srv, q->model_name, q->model_version, msg, msglen);
+  tpu__model_t *m = NULL;
+  if (!q->model_name || !*q->model_name) {
+    snprintf(msg, msglen, "no model name given");
+    code = TPU_CODE_INVALID_ARGUMENT;
+    goto free_q;
+  }
+  m = tpu__server_find_model(srv, q->model_name, q->model_version, msg, msglen);
   if (!m) {
     code = TPU_CODE_NOT_FOUND;
     goto free_q;
@@ -244,7 +267,7 @@ int tpu__infer_submit(tpu__io_t *io, const char *client, Inference__ModelInferRe
   call->io = io;
   call->method = TPUD__METHOD__MODEL_INFER;
   call->received_us = received_us;
-  call->deadline_us = timeout_us ? received_us + timeout_us : 0;
+  call->deadline_us = deadline_of(received_us, timeout_us);
   call->model = m;
   call->infer = q;
   call->out = outbuf;
@@ -420,7 +443,7 @@ static void do_matmul(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t re
   snprintf(call->client, sizeof call->client, "%s", conn->who);
   call->method = TPUD__METHOD__MATMUL;
   call->received_us = received_us;
-  call->deadline_us = env->timeout_us ? received_us + env->timeout_us : 0;
+  call->deadline_us = deadline_of(received_us, env->timeout_us);
   call->mm = q;
   call->m = m;
   call->k = k;

@@ -375,15 +375,8 @@ static json_t *tensor_meta(const tpu_tensor_spec_t *t) {
 /* Whether a failed lookup means "no such model or version" (404) rather than "not ready". */
 static int lookup_is_absent(tpu_server_t *srv, const char *name, const char *version,
                             const char *msg) {
-  if (strstr(msg, "not in the repository") || strstr(msg, "is not a positive")) return 1;
-  if (!version || !*version) return 0;
-  tpu__models_t *t = tpu__models_acquire(srv);
-  int absent = 1;
-  for (size_t i = 0; i < t->n; i++)
-    if (strcmp(t->models[i]->name, name) == 0 && strcmp(t->models[i]->version_str, version) == 0)
-      absent = 0; /* it exists, it just is not ready */
-  tpu__models_release(t);
-  return absent;
+  (void)msg;
+  return tpu__model_absent(srv, name, version);
 }
 
 /* Looks the model up for a GET; on failure answers 404 (unknown) or 503 (no ready version).
@@ -719,7 +712,8 @@ static void do_infer(tpu__io_t *io, hslot_t *req, const char *name, const char *
 /* ---- routing ---- */
 
 /* Splits the path into at most `max` segments (in place, percent-decoded). Returns the count,
- * or -1 for too many segments or an empty one. */
+ * -1 for too many segments or an empty one, -2 for a segment that is not UTF-8 or decodes to a
+ * NUL byte (names are C strings: "digits%00evil" must not be read as "digits"). */
 static int split_path(char *path, char **seg, int max) {
   int n = 0;
   char *p = path;
@@ -731,11 +725,15 @@ static int split_path(char *path, char **seg, int max) {
     if (slash) *slash = 0;
     if (!*p) return -1;
     if (strchr(p, '%')) {
-      char *dec = evhttp_uridecode(p, 0, NULL);
+      size_t dlen = 0;
+      char *dec = evhttp_uridecode(p, 0, &dlen);
       if (!dec) return -1;
-      if (strlen(dec) <= strlen(p)) strcpy(p, dec);
+      int nul = strlen(dec) != dlen;
+      if (!nul && dlen <= strlen(p)) strcpy(p, dec);
       free(dec);
+      if (nul) return -2;
     }
+    if (!tpu_utf8_valid((const uint8_t *)p, strlen(p))) return -2;
     seg[n++] = p;
     if (!slash) break;
     p = slash + 1;
@@ -769,6 +767,11 @@ static void route(tpu__io_t *io, hslot_t *req, const tpu_http_request_t *hr, con
   path[plen] = 0;
   char *seg[8];
   int n = split_path(path, seg, 8);
+  if (n == -2) {
+    send_error(req, 400, "the path holds bytes that are not UTF-8, or a percent-encoded NUL "
+               "byte: model names and versions are UTF-8 text", t0);
+    return;
+  }
   int get = hr->method == TPU_HTTP_GET || hr->method == TPU_HTTP_HEAD;
   int post = hr->method == TPU_HTTP_POST;
   if (hr->method == TPU_HTTP_OTHER) {

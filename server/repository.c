@@ -402,15 +402,33 @@ void tpu__models_release(tpu__models_t *t) {
   free(t);
 }
 
+int tpu__model_absent(tpu_server_t *srv, const char *name, const char *version) {
+  uint64_t want = 0;
+  if (!name || !*name) return 1;
+  if (version && *version && tpu_repo_parse_version(version, &want) != 0) return 1;
+  tpu__repo_t *r = repo_of(srv);
+  int absent = 1;
+  pthread_mutex_lock(&r->mu);
+  tpu__models_t *t = r->table;
+  for (size_t i = 0; i < t->n && absent; i++)
+    if (strcmp(t->models[i]->name, name) == 0 && (!want || t->models[i]->version == want))
+      absent = 0;
+  pthread_mutex_unlock(&r->mu);
+  return absent;
+}
+
 tpu__model_t *tpu__server_find_model(tpu_server_t *srv, const char *name, const char *version,
                                      char *msg, size_t msglen) {
   if (!name || !*name) {
     snprintf(msg, msglen, "no model name given");
     return NULL;
   }
+  /* Names in messages: at most 64 bytes (and "..."), so the explanation always fits. */
+  const char *more = strlen(name) > 64 ? "..." : "";
   uint64_t want = 0;
   if (version && *version && tpu_repo_parse_version(version, &want) != 0) {
-    snprintf(msg, msglen, "model '%s': version '%s' is not a positive integer", name, version);
+    snprintf(msg, msglen, "model '%.64s%s': version '%.40s%s' is not a positive integer", name,
+             more, version, strlen(version) > 40 ? "..." : "");
     return NULL;
   }
   tpu__repo_t *r = repo_of(srv);
@@ -434,7 +452,7 @@ tpu__model_t *tpu__server_find_model(tpu_server_t *srv, const char *name, const 
   pthread_mutex_unlock(&r->mu);
   if (best) return best;
   if (!known)
-    snprintf(msg, msglen, "model '%s' is not in the repository", name);
+    snprintf(msg, msglen, "model '%.64s%s' is not in the repository", name, more);
   else if (want && state)
     snprintf(msg, msglen, "model '%s' has no ready version %llu (it is %s%s%s)", name,
              (unsigned long long)want,

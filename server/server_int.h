@@ -253,6 +253,10 @@ void tpu__handle_done(tpu__conn_t *conn, tpu__call_t *call);
 /* The model serving (name, version); version "" = the highest ready one. NULL with msg on
  * NOT_FOUND. Defined in repository.c; returns a reference: tpu__model_release it when done
  * (any thread; cheap: a mutex-protected table read and an atomic increment). */
+/* After tpu__server_find_model failed: 1 when (name, version) names nothing in the table (an
+ * empty name, a version that is not a number, an unknown model, or a version the table does not
+ * list), 0 when it exists but is not ready. Defined in repository.c. */
+int tpu__model_absent(tpu_server_t *srv, const char *name, const char *version);
 tpu__model_t *tpu__server_find_model(tpu_server_t *srv, const char *name, const char *version,
                                      char *msg, size_t msglen);
 /* Counts an answered request (global and per model). */

@@ -17,6 +17,15 @@
 #include "stats.h"
 #include "tpu_engine.h"
 
+/* A name as messages show it: whole up to 64 bytes, else its first 64 and "...", so a long name
+ * cannot push the explanation out of a fixed-size message. */
+#define CLIP_MAX 64
+static const char *clip(const char *s, char *buf, size_t len) {
+  if (strlen(s) <= CLIP_MAX) return s;
+  snprintf(buf, len, "%.*s...", CLIP_MAX, s);
+  return buf;
+}
+
 static int fail(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *msg, size_t len, const char *fmt, ...) {
   va_list ap;
@@ -121,11 +130,14 @@ int tpu_validate_infer(const tpu_vmodel_t *m, const tpu_vrequest_t *r, tpu_vresu
 
   int64_t batch = -1; /* value of the -1 dimension, once an input has set it */
   const char *batch_from = NULL;
+  char bfb[CLIP_MAX + 4];
   for (size_t i = 0; i < r->ninputs; i++) {
     const tpu_vinput_t *in = &r->inputs[i];
-    const char *nm = in->name ? in->name : "";
+    const char *name = in->name ? in->name : "";
+    char nmb[CLIP_MAX + 4], dtb[CLIP_MAX + 4];
+    const char *nm = clip(name, nmb, sizeof nmb); /* for messages */
     size_t mi = 0;
-    while (mi < m->ninputs && strcmp(m->inputs[mi].name, nm) != 0) mi++;
+    while (mi < m->ninputs && strcmp(m->inputs[mi].name, name) != 0) mi++;
     if (mi == m->ninputs)
       return fail(msg, msglen, "input '%s': %s has no such input; expected %s", nm, m->name,
                   model_names(m->inputs, m->ninputs, names, sizeof names));
@@ -137,8 +149,8 @@ int tpu_validate_infer(const tpu_vmodel_t *m, const tpu_vrequest_t *r, tpu_vresu
     size_t esize = tpu_validate_dtype_size(dt);
     if (esize == 0)
       return fail(msg, msglen,
-                  "input '%s': unknown or unsupported datatype '%s'; expected %s", nm, dt,
-                  spec->datatype);
+                  "input '%s': unknown or unsupported datatype '%s'; expected %s", nm,
+                  clip(dt, dtb, sizeof dtb), spec->datatype);
     if (strcmp(dt, spec->datatype) != 0)
       return fail(msg, msglen, "input '%s': datatype %s, expected %s", nm, dt, spec->datatype);
     char what[160];
@@ -162,7 +174,7 @@ int tpu_validate_infer(const tpu_vmodel_t *m, const tpu_vrequest_t *r, tpu_vresu
                       "must have the same batch size",
                       nm, (long long)in->shape[d], batch_from, (long long)batch);
         batch = in->shape[d];
-        batch_from = nm;
+        batch_from = snprintf(bfb, sizeof bfb, "%s", nm) >= 0 ? bfb : "";
       } else if (in->shape[d] != spec->shape[d]) {
         return SHAPE_TEXTS(), fail(msg, msglen,
                     "input '%s': shape %s does not match the model shape %s: dimension %zu "
@@ -211,9 +223,11 @@ int tpu_validate_infer(const tpu_vmodel_t *m, const tpu_vrequest_t *r, tpu_vresu
     return TPU_CODE_OK;
   }
   for (size_t k = 0; k < r->noutputs; k++) {
-    const char *nm = r->outputs[k] ? r->outputs[k] : "";
+    const char *name = r->outputs[k] ? r->outputs[k] : "";
+    char nmb[CLIP_MAX + 4];
+    const char *nm = clip(name, nmb, sizeof nmb);
     size_t j = 0;
-    while (j < m->noutputs && strcmp(m->outputs[j].name, nm) != 0) j++;
+    while (j < m->noutputs && strcmp(m->outputs[j].name, name) != 0) j++;
     if (j == m->noutputs)
       return fail(msg, msglen, "output '%s': %s has no such output; expected %s", nm, m->name,
                   model_names(m->outputs, m->noutputs, names, sizeof names));

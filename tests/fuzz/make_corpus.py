@@ -234,4 +234,11 @@ heads = {
 for name, h in heads.items():
     write("fuzz_http_parser", name, b"\x02" + h)
 write("fuzz_http_parser", "body_limit", b"\x06" + heads["post"])
+# fuzz_grpc: one gRPC header value (:path, grpc-timeout, content-type, or a grpc-message).
+write("fuzz_grpc", "path_infer", b"/inference.GRPCInferenceService/ModelInfer")
+write("fuzz_grpc", "path_matmul", b"/tpud.TpudService/MatMul")
+write("fuzz_grpc", "timeout_ms", b"100m")
+write("fuzz_grpc", "timeout_max", b"99999999H")
+write("fuzz_grpc", "ctype", b"application/grpc+proto")
+write("fuzz_grpc", "message", "model 'x': 100% \u00e9\n".encode())
 print("corpus written to", os.path.join(HERE, "corpus"))

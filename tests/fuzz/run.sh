@@ -12,7 +12,7 @@ build=$1
 seconds=$2
 shift 2
 all=(fuzz_frame fuzz_validate fuzz_oip_json fuzz_safetensors fuzz_model_config fuzz_audit_verify
-     fuzz_http_parser)
+     fuzz_http_parser fuzz_grpc)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 jobs=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
@@ -22,6 +22,7 @@ max_len() {
     fuzz_frame) echo 65536 ;;           # several pipelined frames of a few KiB
     fuzz_safetensors) echo 32768 ;;     # the digits checkpoint (19.6 KB) fits
     fuzz_model_config | fuzz_http_parser) echo 8192 ;;
+    fuzz_grpc) echo 1024 ;;             # one header value
     *) echo 16384 ;;
   esac
 }

@@ -875,6 +875,70 @@ static void test_decode_response_unknown_code(void) {
   tpu_envelope_response_free(NULL);
 }
 
+/* Unpacks an infer payload through an envelope; returns the status, err filled. */
+static tpu_proto_status_t unpack_infer(const wire_t *payload, tpu_proto_error_t *err) {
+  wire_t w = {.n = 0};
+  wire_uint(&w, 1, 46);
+  wire_uint(&w, 2, TPUD__METHOD__MODEL_INFER);
+  wire_bytes(&w, 5, (const char *)payload->b, payload->n);
+  Tpud__RequestEnvelope *env = NULL;
+  if (tpu_envelope_decode_request(w.b, w.n, SIZE_MAX, &env, NULL) != TPU_PROTO_OK) return -1;
+  ProtobufCMessage *msg = NULL;
+  tpu_proto_status_t st = tpu_envelope_unpack_request_payload(env, &msg, err);
+  if (msg) protobuf_c_message_free_unpacked(msg, NULL);
+  tpu_envelope_request_free(env);
+  return st;
+}
+
+/* proto3 strings: UTF-8 and (tpud's names being C strings) no NUL, at any depth. */
+static void test_unpack_checks_strings(void) {
+  tpu_proto_error_t err = {0};
+  wire_t p = {.n = 0};
+  wire_bytes(&p, 1, "digits", 6);
+  CU_ASSERT_EQUAL(unpack_infer(&p, &err), TPU_PROTO_OK);
+  p.n = 0;
+  wire_bytes(&p, 1, "d\xc3\xa9j\xc3\xa0", 6); /* UTF-8 is fine */
+  CU_ASSERT_EQUAL(unpack_infer(&p, &err), TPU_PROTO_OK);
+  p.n = 0;
+  wire_bytes(&p, 1, "digits\0evil", 11);
+  CU_ASSERT_EQUAL(unpack_infer(&p, &err), TPU_PROTO_EDECODE);
+  CU_ASSERT(has(err.msg, "inference.ModelInferRequest.model_name holds a NUL byte"));
+  CU_ASSERT_EQUAL(err.request_id, 46u);
+  p.n = 0;
+  wire_bytes(&p, 2, "\xff\xfe", 2);
+  CU_ASSERT_EQUAL(unpack_infer(&p, &err), TPU_PROTO_EDECODE);
+  CU_ASSERT(has(err.msg, "model_version is not valid UTF-8"));
+  p.n = 0;
+  wire_bytes(&p, 1, "\xc0\xaf", 2); /* overlong '/' */
+  CU_ASSERT_EQUAL(unpack_infer(&p, &err), TPU_PROTO_EDECODE);
+  /* Nested: an input tensor's name, and a parameters map key. */
+  wire_t t = {.n = 0};
+  wire_bytes(&t, 1, "x\xed\xa0\x80", 4); /* a surrogate */
+  p.n = 0;
+  wire_bytes(&p, 1, "digits", 6);
+  wire_bytes(&p, 5, (const char *)t.b, t.n);
+  CU_ASSERT_EQUAL(unpack_infer(&p, &err), TPU_PROTO_EDECODE);
+  CU_ASSERT(has(err.msg, "InferInputTensor.name is not valid UTF-8"));
+  wire_t e = {.n = 0};
+  wire_bytes(&e, 1, "k\0", 2);
+  p.n = 0;
+  wire_bytes(&p, 4, (const char *)e.b, e.n);
+  CU_ASSERT_EQUAL(unpack_infer(&p, &err), TPU_PROTO_EDECODE);
+  CU_ASSERT(has(err.msg, "key holds a NUL byte"));
+  /* Bytes fields may hold anything. */
+  p.n = 0;
+  wire_bytes(&p, 1, "digits", 6);
+  wire_bytes(&p, 7, "\0\xff\0\xfe", 4);
+  CU_ASSERT_EQUAL(unpack_infer(&p, &err), TPU_PROTO_OK);
+  /* Malformed wire data is still protobuf-c's to reject, with its message. */
+  p.n = 0;
+  wire_bytes(&p, 1, "digits", 6);
+  p.b[p.n++] = 0x0a; /* field 1, length 100, 0 bytes follow */
+  p.b[p.n++] = 100;
+  CU_ASSERT_EQUAL(unpack_infer(&p, &err), TPU_PROTO_EDECODE);
+  CU_ASSERT(has(err.msg, "not a valid inference.ModelInferRequest"));
+}
+
 static void test_unpack_payload_errors(void) {
   wire_t w = {.n = 0};
   wire_uint(&w, 1, 44);
@@ -909,6 +973,7 @@ static void test_unpack_payload_errors(void) {
 }
 
 TPU_TEST_SUITE(envelope,
+               {"unpack_checks_strings", test_unpack_checks_strings},
                {"method_table_matches_services", test_method_table_matches_services},
                {"status_codes_are_grpc", test_status_codes_are_grpc},
                {"roundtrip_every_method", test_roundtrip_every_method},
