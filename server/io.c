@@ -353,15 +353,17 @@ static void conn_write(tpu__conn_t *conn) {
     if (!conn->h2 || tpu__sock_unsent(s) || pulled < conn->io->srv->cfg.max_unsent_bytes) break;
   }
   if (tpu__sock_unsent(s) == 0) {
-    if (conn->h2 && (conn->close_after_write || conn->io->stopping)) {
+    /* HTTP/2 lingers once the session is over (after GOAWAY: no stream left), not merely when
+     * the output is empty: an answer may still wait for the client's WINDOW_UPDATE. */
+    if (conn->h2 && conn->close_after_write) {
       tpu__sock_linger(s);
       return;
     }
-    if (conn->close_after_write) {
-      conn_close(conn, conn->h2 ? "HTTP/2 session over" : "closed after a fatal frame error");
+    if (conn->close_after_write && !conn->h2) {
+      conn_close(conn, "closed after a fatal frame error");
       return;
     }
-    if (conn->io->stopping) {
+    if (conn->io->stopping && !conn->h2) {
       conn_close(conn, "server stopping");
       return;
     }
@@ -475,14 +477,16 @@ static void io_stop_now(tpu__io_t *io) {
   for (tpu__sock_t *s = io->socks.socks; s; s = next) {
     next = s->next;
     tpu__conn_t *c = conn_of(s);
-    tpu__sock_pause(s);
-    if (c->h2) { /* GOAWAY, then linger (tpu__sock_linger) until the client closes */
+    if (c->h2) {
+      /* GOAWAY; answers still owed are sent as the client's flow control allows (so reading
+       * goes on: WINDOW_UPDATE), then linger (tpu__sock_linger) until the client closes. */
       if (!s->lingering) {
         tpu__grpc_goaway(c, "server stopping");
         on_flush(s);
       }
       continue;
     }
+    tpu__sock_pause(s);
     if (tpu__sock_unsent(s) == 0) conn_close(c, "server stopping");
   }
   if (io->nconns == 0 && io->nlinger == 0) {
