@@ -533,17 +533,16 @@ static void on_queue(evutil_socket_t fd, short what, void *arg) {
         call->code = TPU_CODE_CANCELLED;
         snprintf(call->msg_text, sizeof call->msg_text, "the client cancelled the call");
       }
+      conn_hold(conn); /* answering may close it (an answer that cannot be encoded) */
       if (!was_closed) tpu__handle_done(conn, call);
       else tpu__count(call->model, call->code);
       tpu__call_free(call);
       atomic_fetch_sub(&io->srv->inflight, 1);
-      if (was_closed) {
-        if (conn->ncalls == 0 && conn->hold == 0) conn_free(conn);
-      } else {
-        /* Written after this batch of completions, together (conn_write lingers once an
-         * HTTP/2 session that is over has written all, and resumes reading under the limits). */
-        tpu__sock_flush_later(&conn->sock);
-      }
+      /* Written after this batch of completions, together (conn_write lingers once an HTTP/2
+       * session that is over has written all, and resumes reading under the limits); a no-op
+       * for a closed connection, which the release frees after its last call. */
+      tpu__sock_flush_later(&conn->sock);
+      conn_release(conn);
       break;
     }
     case TPU__MSG_STOP:
