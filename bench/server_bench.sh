@@ -43,6 +43,14 @@
 # 8.9/22.2/23.3k req/s at the same CPU per request (36-41 us). The native path's code is
 # nearly unchanged (wake-ups only); its cost is libevent's bufferevent (an epoll_ctl per answer,
 # an FIONREAD ioctl per read), which the HTTP path's own connection code does not pay.
+# Since then both ports share that connection code (server/sock.c). Measured 2026-11-29, same
+# machine and load (average 7-9), pinned, batching on, DUR 5, REPS 3, before = bufferevents on
+# the native port, after = sock.c; tpud CPU us per request (req/s moves with the load):
+#   native  1: 156 -> 152   8: 40 -> 31   64: 27.0 -> 16.8
+#   grpc    1: 135 -> 122   8: 49 -> 37   64: 33.0 -> 23.1
+#   http    1: 115 -> 114   8: 35 -> 35   64: 20.2 -> 18.0   (http.c's I/O moved, unchanged)
+# strace at 8 native connections: per request 1 writev + 1 read, no epoll_ctl, no ioctl (before:
+# 1 writev, 1 readv, 1 FIONREAD ioctl, 2 epoll_ctl).
 set -u
 BUILD=${1:-build-fast}
 SRC=${2:-.}
