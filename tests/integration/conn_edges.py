@@ -2,13 +2,34 @@
 # conn_edges.py - the native port's connection handling (server/sock.c, io.c) from raw sockets:
 # back-pressure (pipelining past max-inflight-per-conn, a reader slower than max-unsent-bytes),
 # a fatal frame (answer id 0, then the close), the framed idle timeout, the HTTP/2 idle timeout
-# (GOAWAY, then the close) and the SETTINGS-acknowledgement timeout. Run by test_conn.sh.
-# usage: conn_edges.py NATIVE_PORT   (tpud with --idle-timeout-s 2 --tls-handshake-timeout-s 2
-#                                     --max-inflight-per-conn 2 --max-unsent-bytes 4096)
-import socket, struct, sys, time
+# (GOAWAY, then the close) and the SETTINGS-acknowledgement timeout; then a clean SIGTERM exit
+# with no crash or ERROR line in the log. Starts its own tpud; run by test_conn.sh.
+# usage: conn_edges.py BUILD_DIR SRC_DIR   (TPUD_WRAP, e.g. "valgrind -q", wraps tpud)
+import os, re, shutil, signal, socket, struct, subprocess, sys, tempfile, time
 import h2.connection, h2.config, h2.events
 
-PORT = int(sys.argv[1])
+BUILD, SRC = sys.argv[1], sys.argv[2]
+WORK = tempfile.mkdtemp()
+shutil.copytree(os.path.join(SRC, "models/digits/1"), os.path.join(WORK, "repo/digits/1"))
+LOG = open(os.path.join(WORK, "tpud.log"), "w+")
+TPUD = subprocess.Popen(os.environ.get("TPUD_WRAP", "").split() + [
+    os.path.join(BUILD, "server/tpud"), "--models", os.path.join(WORK, "repo"), "--port", "0",
+    "--http-port", "0", "--io-threads", "1", "--poll-seconds", "0", "--idle-timeout-s", "2",
+    "--tls-handshake-timeout-s", "2", "--max-inflight-per-conn", "2", "--max-unsent-bytes",
+    "4096"], stderr=LOG)
+PORT = None
+for _ in range(300):
+    LOG.seek(0)
+    m = re.search(r"tpud listening on 127\.0\.0\.1:(\d+) \(native\)", LOG.read())
+    if m or TPUD.poll() is not None:
+        break
+    time.sleep(0.1)
+if not m:
+    LOG.seek(0)
+    print("tpud did not start:\n" + LOG.read())
+    TPUD.kill()
+    sys.exit(1)
+PORT = int(m.group(1))
 FAILS = 0
 
 
@@ -157,5 +178,20 @@ s6.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\
 data, t = read_until_eof(s6)
 check(t is not None and 1.5 <= t <= 6, "h2 SETTINGS never acknowledged: closed after %s s" % t)
 
+# the same process served it all; a clean SIGTERM exit, no crash or ERROR line
+TPUD.send_signal(signal.SIGTERM)
+try:
+    rc = TPUD.wait(timeout=30)
+except subprocess.TimeoutExpired:
+    TPUD.kill()
+    rc = "none (killed after 30 s)"
+check(rc == 0, "tpud exited %s after SIGTERM" % rc)
+LOG.seek(0)
+log = LOG.read()
+check("tpud stopped" in log, "'tpud stopped' in the log")
+bad = [l for l in log.splitlines()
+       if re.search(r"Sanitizer|runtime error:|Segmentation|SIGSEGV|SIGABRT|double free| ERROR ", l)]
+check(not bad, "no crash signature or ERROR line in the log %s" % bad[:3])
+shutil.rmtree(WORK, ignore_errors=True)
 print("conn_edges: %s" % ("all passed" if FAILS == 0 else "%d FAILED" % FAILS))
 sys.exit(1 if FAILS else 0)
