@@ -27,8 +27,10 @@
  * resets (RST_STREAM) while its call is in flight sets that call's cancel flag, the flag a closed
  * connection sets for all of its calls: a call still queued is dropped and counted CANCELLED.
  * Limits (the anchors' defaults): --grpc-max-streams concurrent streams (100), a header list of
- * --grpc-max-header-bytes (16 KiB), nghttp2's stream-reset rate limit against rapid reset
- * (CVE-2023-44487: 1000 resets at once, then 33 a second, else GOAWAY), its CONTINUATION limit,
+ * --grpc-max-header-bytes (16 KiB), a stream-reset rate limit against rapid reset
+ * (CVE-2023-44487: 1000 resets at once, then 33 a second, else GOAWAY ENHANCE_YOUR_CALM),
+ * answers held for a shut flow-control window bounded by --max-unsent-bytes (new calls are
+ * refused RESOURCE_EXHAUSTED past it), nghttp2's CONTINUATION limit,
  * its SETTINGS and PING/ACK flood limits; a client that does not acknowledge our SETTINGS
  * within --tls-handshake-timeout-s is closed; the idle timeout closes with GOAWAY. Calls in flight
  * count against --max-inflight-per-conn like framed requests, even after their stream is reset,
@@ -47,7 +49,10 @@
 #include "server_int.h"
 #include "tpu_grpc.h"
 
-/* nghttp2's own defaults for the rapid-reset limit (1.57), set explicitly. */
+/* Rapid reset (CVE-2023-44487): the client may reset H2_RESET_BURST streams at once, then
+ * H2_RESET_RATE a second (nghttp2 1.57's defaults); past that, GOAWAY ENHANCE_YOUR_CALM. Ours,
+ * so the code is right; nghttp2's own limit (which says INTERNAL_ERROR) stays as a backstop at
+ * twice the figures. */
 #define H2_RESET_BURST 1000
 #define H2_RESET_RATE 33
 /* Per-stream receive window we advertise: a ModelInfer of a few hundred KiB in one round trip. */
@@ -86,6 +91,8 @@ struct tpu__h2 {
   int settings_acked;
   size_t body_bytes;     /* request bytes buffered over all streams */
   size_t pending_out;    /* answer bytes submitted and not yet framed */
+  double reset_tokens;   /* rapid-reset bucket: resets the client may still make */
+  uint64_t reset_at_us;  /* when the bucket was last refilled */
   h2_stream_t *streams;  /* open streams (freed with the session) */
 };
 
@@ -196,6 +203,15 @@ static void dispatch(tpu__h2_t *h, h2_stream_t *s) {
              PRIu32 ": expected exactly one message (tpud's methods are unary)",
              s->len - TPU_FRAME_HEADER_SIZE, mlen);
     refuse(h, s, TPU_CODE_INVALID_ARGUMENT, msg);
+    return;
+  }
+  /* Answers the client does not take (its flow-control window stays shut) are held here; past
+   * max-unsent-bytes of them, new calls are refused rather than buffered without bound. */
+  if (h->pending_out > srv->cfg.max_unsent_bytes) {
+    snprintf(msg, sizeof msg, "this connection holds %zu bytes of answers the client has not "
+             "accepted (its HTTP/2 flow-control window is shut), over max-unsent-bytes (%" PRIu64
+             ")", h->pending_out, srv->cfg.max_unsent_bytes);
+    refuse(h, s, TPU_CODE_RESOURCE_EXHAUSTED, msg);
     return;
   }
   /* Calls of reset streams keep counting until their compute ends; within one input slice the
@@ -362,6 +378,22 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     }
     return 0;
   }
+  case NGHTTP2_RST_STREAM: {
+    uint64_t now = tpu_now_us();
+    h->reset_tokens += (double)(now - h->reset_at_us) * H2_RESET_RATE / 1e6;
+    if (h->reset_tokens > H2_RESET_BURST) h->reset_tokens = H2_RESET_BURST;
+    h->reset_at_us = now;
+    if (h->reset_tokens < 1.0) {
+      tpu_stats_inc(&tpu_stats.bad_frames, 1);
+      tpu_log_warn("connection %llu from %s: more than %d stream resets at once or %d a second "
+                   "(rapid reset); GOAWAY ENHANCE_YOUR_CALM", (unsigned long long)h->conn->serial,
+                   h->conn->peer, H2_RESET_BURST, H2_RESET_RATE);
+      nghttp2_session_terminate_session(session, NGHTTP2_ENHANCE_YOUR_CALM);
+      return 0;
+    }
+    h->reset_tokens -= 1.0;
+    return 0;
+  }
   default:
     return 0;
   }
@@ -424,13 +456,15 @@ int tpu__grpc_open(tpu__conn_t *conn) {
   nghttp2_option *opt = NULL;
   if (!h || nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0) goto fail;
   h->conn = conn;
+  h->reset_tokens = H2_RESET_BURST;
+  h->reset_at_us = tpu_now_us();
   nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
   nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
   nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
   nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
   nghttp2_session_callbacks_set_error_callback2(cb, on_error);
-  nghttp2_option_set_stream_reset_rate_limit(opt, H2_RESET_BURST, H2_RESET_RATE);
+  nghttp2_option_set_stream_reset_rate_limit(opt, 2 * H2_RESET_BURST, 2 * H2_RESET_RATE);
   nghttp2_option_set_max_settings(opt, 32);
   if (nghttp2_session_server_new2(&h->session, cb, h, opt) != 0) goto fail;
   nghttp2_session_callbacks_del(cb);

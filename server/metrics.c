@@ -326,7 +326,7 @@ void tpu__metrics_render(tpu_server_t *srv, tpu_mbuf_t *b) {
 
   /* Connections. */
   tpu_metrics_family(b, "tpud_connections_open", "gauge",
-                     "open client connections (HTTP: counted from their first request)");
+                     "open client connections, counted from accept; --max-connections bounds both ports together");
   tpu_mlabel_t pn[] = {{"protocol", "native"}}, ph[] = {{"protocol", "http"}};
   tpu_metrics_u64(b, "tpud_connections_open", pn, 1, get(&s->connections_open));
   tpu_metrics_u64(b, "tpud_connections_open", ph, 1, get(&s->http_connections_open));

@@ -64,12 +64,25 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof ip);
     snprintf(peer, sizeof peer, "[%s]:%u", ip, ntohs(s6->sin6_port));
   }
+  /* --max-connections bounds both ports together (http.c counts the same sum). */
   if (atomic_load(&srv->draining) ||
-      tpu_stats_get(&tpu_stats.connections_open) >= srv->cfg.max_connections) {
+      tpu_stats_get(&tpu_stats.connections_open) +
+              tpu_stats_get(&tpu_stats.http_connections_open) >=
+          srv->cfg.max_connections) {
     tpu_stats_inc(&tpu_stats.connections_rejected, 1);
-    tpu_log_warn("connection from %s rejected: %s", peer,
-                 atomic_load(&srv->draining) ? "server is draining"
-                                             : "max-connections reached");
+    /* A flood must not flood the log: one line a second at most, with the count. */
+    static uint64_t last_us, suppressed;
+    uint64_t now = tpu_now_us();
+    if (now - last_us >= 1000000) {
+      tpu_log_warn("connection from %s rejected: %s%s", peer,
+                   atomic_load(&srv->draining) ? "server is draining" : "max-connections reached",
+                   suppressed ? " (and more rejected in the last second; see "
+                                "tpud_connections_rejected_total)" : "");
+      last_us = now;
+      suppressed = 0;
+    } else {
+      suppressed++;
+    }
     evutil_closesocket(fd);
     return;
   }

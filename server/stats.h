@@ -91,8 +91,8 @@ typedef struct {
   tpu_hist_t matmul_us;                      /* MatMul compute time, microseconds */
   /* HTTP endpoint (http.c). */
   _Atomic uint64_t http_connections_accepted; /* accepted by an I/O thread's evhttp */
-  _Atomic uint64_t http_connections_open;    /* gauge: open, counted from their first request */
-  _Atomic uint64_t http_connections_rejected; /* refused at their first request (max-connections) */
+  _Atomic uint64_t http_connections_open;    /* gauge: open, counted from accept */
+  _Atomic uint64_t http_connections_rejected; /* refused at accept (max-connections over both ports) */
   _Atomic uint64_t http_responses[TPU_HTTP_NSTATUS]; /* by status, see tpu_http_status_index */
   tpu_hist_t http_request_us;                /* every HTTP request, received → reply, us */
 } tpu_stats_t;
