@@ -44,13 +44,22 @@
 # nearly unchanged (wake-ups only); its cost is libevent's bufferevent (an epoll_ctl per answer,
 # an FIONREAD ioctl per read), which the HTTP path's own connection code does not pay.
 # Since then both ports share that connection code (server/sock.c). Measured 2026-11-29, same
-# machine and load (average 7-9), pinned, batching on, DUR 5, REPS 3, before = bufferevents on
-# the native port, after = sock.c; tpud CPU us per request (req/s moves with the load):
-#   native  1: 156 -> 152   8: 40 -> 31   64: 27.0 -> 16.8
-#   grpc    1: 135 -> 122   8: 49 -> 37   64: 33.0 -> 23.1
-#   http    1: 115 -> 114   8: 35 -> 35   64: 20.2 -> 18.0   (http.c's I/O moved, unchanged)
-# strace at 8 native connections: per request 1 writev + 1 read, no epoll_ctl, no ioctl (before:
-# 1 writev, 1 readv, 1 FIONREAD ioctl, 2 epoll_ctl).
+# machine, quiet for once (load average 1.5-2), pinned, batching on, DUR 5, REPS 3, interleaved;
+# before = main 1bba5cf (bufferevents on the native port), after = sock.c:
+#                 req/s before -> after     tpud cpu us/req before -> after
+#   native  1      16931 -> 16478              44.1 -> 44.7
+#   native  8      43627 -> 58098              22.8 -> 17.0
+#   native 64      38310 -> 63969              26.0 -> 15.6
+#   grpc    1      12733 -> 13687              48.8 -> 40.0
+#   grpc    8      20940 -> 22912              39.4 -> 34.4
+#   grpc   64      34856 -> 33007              26.9 -> 21.8
+#   http    1      18218 -> 18224              37.9 -> 38.2   (http.c's I/O moved, unchanged)
+#   http    8      47874 -> 51552              19.7 -> 19.2
+#   http   64      61164 -> 60324              16.2 -> 16.5
+# (An earlier run under load average 7-9 gave the same cpu us picture: native 64 27.0 -> 16.8,
+# grpc 64 33.0 -> 23.1.) strace at 8 native connections: per request 1 writev + 1 read, no
+# epoll_ctl, no ioctl (before: 1 writev, 1 readv, 1 FIONREAD ioctl, 2 epoll_ctl); perf at 64:
+# epoll_ctl (11% of tpud's samples, children) and ioctl (4.7%) are gone.
 set -u
 BUILD=${1:-build-fast}
 SRC=${2:-.}
