@@ -207,10 +207,11 @@ static void dispatch(tpu__h2_t *h, h2_stream_t *s) {
   }
   /* Answers the client does not take (its flow-control window stays shut) are held here; past
    * max-unsent-bytes of them, new calls are refused rather than buffered without bound. */
-  if (h->pending_out > srv->cfg.max_unsent_bytes) {
+  if (h->pending_out + conn->reserved > srv->cfg.max_unsent_bytes) {
     snprintf(msg, sizeof msg, "this connection holds %zu bytes of answers the client has not "
-             "accepted (its HTTP/2 flow-control window is shut), over max-unsent-bytes (%" PRIu64
-             ")", h->pending_out, srv->cfg.max_unsent_bytes);
+             "accepted (its HTTP/2 flow-control window is shut) or still computing, over "
+             "max-unsent-bytes (%" PRIu64 ")", h->pending_out + conn->reserved,
+             srv->cfg.max_unsent_bytes);
     refuse(h, s, TPU_CODE_RESOURCE_EXHAUSTED, msg);
     return;
   }

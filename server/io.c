@@ -71,8 +71,18 @@ void tpu__call_complete(tpu__call_t *call) {
   tpu_queue_push(&call->io->queue, &call->msg.link);
 }
 
+/* Bytes the answer of a call will take (the output tensor, plus room for the envelope). */
+static size_t answer_bytes(const tpu__call_t *c) {
+  if (c->method == TPUD__METHOD__MODEL_INFER && c->model)
+    return c->rows * (size_t)c->model->out_shape[1] * sizeof(float) + 256;
+  if (c->method == TPUD__METHOD__MATMUL) return c->m * c->n * 4 + 256;
+  return 256;
+}
+
 void tpu__conn_track(tpu__conn_t *conn, tpu__call_t *call) {
   call->conn = conn;
+  call->answer_bytes = answer_bytes(call);
+  conn->reserved += call->answer_bytes;
   call->prev = NULL;
   call->next = conn->calls;
   if (conn->calls) conn->calls->prev = call;
@@ -88,6 +98,7 @@ static void conn_untrack(tpu__conn_t *conn, tpu__call_t *call) {
     conn->calls = call->next;
   if (call->next) call->next->prev = call->prev;
   conn->ncalls--;
+  conn->reserved -= call->answer_bytes;
 }
 
 /* ---- connection lifetime ---- */
@@ -173,10 +184,14 @@ void tpu__conn_send_error(tpu__conn_t *conn, uint64_t id, int code, const char *
 
 /* ---- back-pressure ---- */
 
+/* Framed: the answers of the calls in flight count as output already, so a client that never
+ * reads holds at most max-unsent-bytes plus one answer, not max-inflight-per-conn answers.
+ * HTTP/2 keeps reading (the client's WINDOW_UPDATEs must get through); grpc.c refuses new calls
+ * past the same figure instead. */
 static int over_limits(tpu__conn_t *conn) {
   const tpu_config_t *cfg = &conn->io->srv->cfg;
-  return conn->ncalls >= cfg->max_inflight_per_conn ||
-         tpu__sock_unsent(&conn->sock) > cfg->max_unsent_bytes;
+  size_t out = tpu__sock_unsent(&conn->sock) + (conn->h2 ? 0 : conn->reserved);
+  return conn->ncalls >= cfg->max_inflight_per_conn || out > cfg->max_unsent_bytes;
 }
 
 static void stop_reading(tpu__conn_t *conn) {
@@ -239,6 +254,7 @@ void tpu__conn_flush(tpu__conn_t *conn) {
 }
 
 void tpu__conn_settled(tpu__conn_t *conn) {
+  conn->sock.deadline_us = 0;
   conn->sock.timeout_us = (uint64_t)conn->io->srv->cfg.idle_timeout_s * 1000000u;
 }
 
@@ -274,9 +290,11 @@ static int choose_protocol(tpu__conn_t *conn) {
     return -1;
   }
   conn->proto = TPU__PROTO_H2;
-  /* Until the client acknowledges our SETTINGS it has the handshake's time, not the idle's. */
+  /* Until the client acknowledges our SETTINGS it has the handshake's time, not the idle's,
+   * and counted from now: PINGs or a preface dribbled a byte a second do not extend it. */
   s->timeout_us = (uint64_t)conn->io->srv->cfg.tls_handshake_timeout_s * 1000000u;
   s->last_us = tpu_now_us();
+  s->deadline_us = s->last_us + s->timeout_us;
   tpu_log_debug("connection %llu from %s: gRPC over HTTP/2", (unsigned long long)conn->serial,
                 conn->peer);
   return 0;

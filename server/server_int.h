@@ -122,6 +122,7 @@ struct tpu__call {
   int dtype;
   void *c;
   uint64_t compute_us;
+  size_t answer_bytes;          /* its answer's size, reserved on its connection (io.c) */
   char client[TPU_AUTH_IDENTITY_MAX]; /* who asked (auth.h identity), for the audit record */
 };
 
@@ -136,6 +137,7 @@ struct tpu__conn {
   char peer[64];
   tpu__call_t *calls;      /* in flight */
   size_t ncalls;
+  size_t reserved;         /* answer bytes of the calls in flight (back-pressure, io.c) */
   int hold;                /* inside an I/O callback: not freed before it returns (io.c) */
   int closed;              /* socket gone; freed when ncalls reaches 0 */
   int read_paused;         /* back-pressure: reading stopped */

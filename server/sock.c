@@ -307,7 +307,8 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg) {
       continue;
     }
     uint64_t t = s->handshaking ? set->handshake_timeout_us : s->timeout_us;
-    if (t && now - s->last_us >= t) set->ops->timeout(s, now);
+    if ((t && now - s->last_us >= t) || (s->deadline_us && now >= s->deadline_us))
+      set->ops->timeout(s, now);
   }
 }
 

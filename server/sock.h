@@ -20,8 +20,9 @@
  * messages: that is an end of stream, not an error (allow-dirty-shutdown).
  *
  * Timeouts: a once-a-second sweep over the set's sockets. A socket whose handshake outlasts the
- * set's handshake timeout, or that made no read or write progress for its own timeout_us (the
- * owner sets and changes it; 0 = none), is handed to ops->timeout, which decides (the owner
+ * set's handshake timeout, that made no read or write progress for its own timeout_us (the
+ * owner sets and changes it; 0 = none), or that is past the owner's absolute deadline_us (a
+ * step that must finish in time however chatty the client is), is handed to ops->timeout, which decides (the owner
  * knows whether calls are in flight). Lingering close (tpu__sock_linger): close_notify, shut
  * down our sending side, read and discard until the client closes or 2 s pass, so that a close
  * with unread input cannot reset the last answers away; then ops->close.
@@ -71,6 +72,7 @@ struct tpu__sock {
   struct evbuffer *out;
   uint64_t last_us;      /* last read or write progress (microseconds) */
   uint64_t timeout_us;   /* owner's timeout without progress; 0 = none */
+  uint64_t deadline_us;  /* owner's absolute deadline (ops->timeout once past it); 0 = none */
   uint64_t linger_until;
   int discard;           /* owner: read and drop input (the end of stream is still reported) */
   int lingering;         /* write side shut down; dropping input until EOF (tpu__sock_linger) */
