@@ -82,6 +82,7 @@ SPIN=; CPIN=
 [ -n "${SERVER_CPUS:-}" ] && SPIN="taskset -c $SERVER_CPUS"
 [ -n "${CLIENT_CPUS:-}" ] && CPIN="taskset -c $CLIENT_CPUS"
 
+. "$SRC/tests/integration/lib.sh" # tpud_ports
 WORK=$(mktemp -d)
 PIDS=
 trap 'for p in $PIDS; do kill $p 2>/dev/null; done; rm -rf "$WORK"' EXIT
@@ -91,13 +92,8 @@ start() { # start REPO TPUD TAG: starts tpud on free ports; sets PID_TAG, HPORT_
   $SPIN "$2" --models "$1" --port 0 --http-port 0 --io-threads "${IO_THREADS:-1}" \
     --threads "${THREADS:-1}" --poll-seconds 0 --log-level info 2>"$log" &
   pid=$!
-  for _ in $(seq 1 200); do
-    h=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\) (http).*/\1/p' "$log")
-    n=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\) (native).*/\1/p' "$log")
-    [ -n "$h" ] && [ -n "$n" ] && break
-    sleep 0.1
-  done
-  [ -n "$h" ] || { echo "tpud did not start:" >&2; cat "$log" >&2; exit 1; }
+  tpud_ports "$log" $pid >&2 || exit 1
+  h=$HPORT n=$NPORT
   PIDS="$PIDS $pid"
   eval "PID_$3=$pid HPORT_$3=$h NPORT_$3=$n"
 }

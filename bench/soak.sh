@@ -55,14 +55,8 @@ trap 'exit 1' INT TERM
 "$TPUD" --models "$OUT/repo" --port 0 --http-port 0 --poll-seconds 1 \
   --audit-log "$OUT/audit.log" --log-level info 2>"$OUT/tpud.log" &
 PID=$!
-NPORT= HPORT=
-for _ in $(seq 1 200); do
-  HPORT=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\) (http).*/\1/p' "$OUT/tpud.log")
-  NPORT=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\) (native).*/\1/p' "$OUT/tpud.log")
-  [ -n "$HPORT" ] && [ -n "$NPORT" ] && break
-  sleep 0.1
-done
-[ -n "$HPORT" ] || { echo "tpud did not start"; cat "$OUT/tpud.log"; exit 1; }
+. "$SRC/tests/integration/lib.sh" # tpud_ports
+tpud_ports "$OUT/tpud.log" $PID || exit 1
 ctl() { "$CTL" --addr 127.0.0.1:$NPORT "$@"; }
 sample() { # t phase
   local rss hwm fds thr audit

@@ -41,6 +41,7 @@
 set -u
 BUILD=$(cd "$1" && pwd)
 SRC=$(cd "$2" && pwd)
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # tpud_ports
 TPUD=$BUILD/server/tpud
 TPUCTL=$BUILD/client/tpuctl
 BENCH=$BUILD/client/tpubench
@@ -92,16 +93,10 @@ start() {
   local log=$WORK/tpud.$name.log
   : >"$log"
   env ${TPUD_ENV:-} "$TPUD" --models "$WORK/repo" --port 0 --http-port 0 $LIMITS "$@" 2>"$log" &
-  local pid=$! n= h=
+  local pid=$!
   PIDS+=($pid)
-  for _ in $(seq 1 300); do
-    h=$(sed -n 's/.*tpud listening on 127\.0\.0\.1:\([0-9]*\) (http.*/\1/p' "$log")
-    n=$(sed -n 's/.*tpud listening on 127\.0\.0\.1:\([0-9]*\) (native.*/\1/p' "$log")
-    [ -n "$h" ] && [ -n "$n" ] && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.1
-  done
-  [ -n "$h" ] && [ -n "$n" ] || { echo "tpud $name did not start:"; cat "$log"; exit 1; }
+  tpud_ports "$log" $pid || { echo "(tpud $name)"; exit 1; }
+  local n=$NPORT h=$HPORT
   printf -v "${name}_PID" %s $pid
   printf -v "${name}_N" %s "$n"
   printf -v "${name}_H" %s "$h"

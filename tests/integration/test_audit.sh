@@ -9,6 +9,7 @@
 set -u
 BUILD=$1
 SRC=$2
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # tpud_ports
 TPUD=$BUILD/server/tpud
 TPUCTL=$BUILD/client/tpuctl
 BENCH=$BUILD/client/tpubench
@@ -38,15 +39,7 @@ start() {
   local log=$WORK/tpud.$RANDOM.log
   "$TPUD" --models "$WORK/repo" --port 0 --http-port 0 --poll-seconds 0 "$@" 2>"$log" &
   PID=$!
-  NPORT= HPORT=
-  for _ in $(seq 1 300); do
-    HPORT=$(sed -n 's/.*tpud listening on 127\.0\.0\.1:\([0-9]*\) (http).*/\1/p' "$log")
-    NPORT=$(sed -n 's/.*tpud listening on 127\.0\.0\.1:\([0-9]*\) (native).*/\1/p' "$log")
-    [ -n "$HPORT" ] && [ -n "$NPORT" ] && break
-    kill -0 $PID 2>/dev/null || break
-    sleep 0.1
-  done
-  [ -n "$HPORT" ] || { echo "tpud did not start:"; cat "$log"; exit 1; }
+  tpud_ports "$log" $PID || exit 1
   URL=http://127.0.0.1:$HPORT
   TPUD_LOG=$log
 }

@@ -9,6 +9,7 @@
 set -u
 BUILD=$(cd "$1" && pwd)
 SRC=$(cd "$2" && pwd)
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # tpud_ports
 TPUD=$BUILD/server/tpud
 TPUCTL=$BUILD/client/tpuctl
 for b in "$TPUD" "$TPUCTL"; do [ -x "$b" ] || { echo "$b not built"; exit 1; }; done
@@ -37,15 +38,7 @@ LOG=$WORK/tpud.log
 ${TPUD_WRAP:-} "$TPUD" --models "$WORK/repo" --port 0 --http-port 0 --io-threads 2 \
   --queue-rows 256 --poll-seconds 0 --audit-log "$WORK/audit.log" 2>"$LOG" &
 PID=$!
-NPORT= HPORT=
-for _ in $(seq 1 300); do
-  NPORT=$(sed -n 's/.*tpud listening on 127\.0\.0\.1:\([0-9]*\) (native).*/\1/p' "$LOG")
-  HPORT=$(sed -n 's/.*tpud listening on 127\.0\.0\.1:\([0-9]*\) (http).*/\1/p' "$LOG")
-  [ -n "$NPORT" ] && [ -n "$HPORT" ] && break
-  kill -0 $PID 2>/dev/null || break
-  sleep 0.1
-done
-[ -n "$NPORT" ] && [ -n "$HPORT" ] || { echo "tpud did not start:"; cat "$LOG"; exit 1; }
+tpud_ports "$LOG" $PID || exit 1
 
 $PY "$SRC/tests/integration/catalogue.py" --native-port "$NPORT" --http-port "$HPORT" \
   --pid "$PID" || fail "catalogue.py"

@@ -6,6 +6,7 @@
 set -u
 BUILD=$1
 SRC=$2
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # tpud_ports
 TPUD=$BUILD/server/tpud
 TPUCTL=$BUILD/client/tpuctl
 BENCH=$BUILD/client/tpubench
@@ -25,14 +26,7 @@ fail() { echo "FAIL: $*"; FAIL=1; }
 LOG=$WORK/tpud.log
 "$TPUD" --models "$WORK/repo" --port 0 --http-port 0 --http-max-body-bytes 65536 2>"$LOG" &
 PID=$!
-for _ in $(seq 1 200); do
-  HPORT=$(sed -n 's/.*tpud listening on 127\.0\.0\.1:\([0-9]*\) (http).*/\1/p' "$LOG")
-  NPORT=$(sed -n 's/.*tpud listening on 127\.0\.0\.1:\([0-9]*\) (native).*/\1/p' "$LOG")
-  [ -n "$HPORT" ] && [ -n "$NPORT" ] && break
-  kill -0 $PID 2>/dev/null || break
-  sleep 0.1
-done
-[ -n "$HPORT" ] || { echo "tpud did not start:"; cat "$LOG"; exit 1; }
+tpud_ports "$LOG" $PID || exit 1
 URL=http://127.0.0.1:$HPORT
 
 # req METHOD PATH EXPECTED_STATUS PY_CHECK [curl args...]: the body must be JSON and PY_CHECK

@@ -14,6 +14,7 @@
 set -u
 BUILD=$1
 SRC=$2
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # tpud_ports
 TPUD=$BUILD/server/tpud
 LOADGEN=$BUILD/tests/integration/repo_load
 TPUCTL=$BUILD/client/tpuctl
@@ -39,14 +40,8 @@ start() { # start ARGS...: starts tpud, sets PID and PORT
   LOG=$WORK/tpud.$RANDOM.log
   ${TPUD_WRAP:-} "$TPUD" --models "$REPO" --port 0 --http-port 0 --io-threads 2 "$@" 2>"$LOG" &
   PID=$!
-  PORT=
-  for _ in $(seq 1 $((300 * SCALE))); do
-    PORT=$(sed -n 's/.*tpud listening on 127\.0\.0\.1:\([0-9]*\) (native).*/\1/p' "$LOG")
-    [ -n "$PORT" ] && break
-    kill -0 $PID 2>/dev/null || break
-    sleep 0.1
-  done
-  [ -n "$PORT" ] || { echo "tpud did not start:"; cat "$LOG"; exit 1; }
+  tpud_ports "$LOG" $PID native $((300 * SCALE)) || exit 1
+  PORT=$NPORT
 }
 
 stop() { # stop: SIGTERM, expect exit 0

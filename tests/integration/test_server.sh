@@ -5,6 +5,7 @@
 set -u
 BUILD=$1
 SRC=$2
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # tpud_ports
 TPUD=$BUILD/server/tpud
 ITEST=$BUILD/tests/integration/tpud_itest
 [ -x "$TPUD" ] && [ -x "$ITEST" ] || { echo "tpud or tpud_itest not built"; exit 1; }
@@ -21,14 +22,8 @@ start() { # start ARGS...: starts tpud, sets PID and PORT
   LOG=$WORK/tpud.$RANDOM.log
   ${TPUD_WRAP:-} "$TPUD" --models "$WORK/repo" --port 0 "$@" 2>"$LOG" &
   PID=$!
-  PORT=
-  for _ in $(seq 1 200); do
-    PORT=$(sed -n 's/.*tpud listening on 127\.0\.0\.1:\([0-9]*\) (native).*/\1/p' "$LOG")
-    [ -n "$PORT" ] && break
-    kill -0 $PID 2>/dev/null || break
-    sleep 0.1
-  done
-  [ -n "$PORT" ] || { echo "tpud did not start:"; cat "$LOG"; exit 1; }
+  tpud_ports "$LOG" $PID native || exit 1
+  PORT=$NPORT
 }
 
 stop() { # stop: SIGTERM, expect exit 0

@@ -14,6 +14,7 @@
 set -u
 BUILD=$(cd "$1" && pwd)
 SRC=$(cd "$2" && pwd)
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # tpud_ports
 TPUD=$BUILD/server/tpud
 TPUCTL=$BUILD/client/tpuctl
 BENCH=$BUILD/client/tpubench
@@ -103,15 +104,7 @@ start() {
   LOG=$WORK/tpud.$RANDOM.log
   "$TPUD" --models "$WORK/repo" --port 0 --http-port 0 --poll-seconds 0 "$@" 2>"$LOG" &
   PID=$!
-  NPORT= HPORT=
-  for _ in $(seq 1 300); do
-    HPORT=$(sed -n 's/.*tpud listening on 127\.0\.0\.1:\([0-9]*\) (http.*/\1/p' "$LOG")
-    NPORT=$(sed -n 's/.*tpud listening on 127\.0\.0\.1:\([0-9]*\) (native.*/\1/p' "$LOG")
-    [ -n "$HPORT" ] && [ -n "$NPORT" ] && break
-    kill -0 $PID 2>/dev/null || break
-    sleep 0.1
-  done
-  [ -n "$HPORT" ] || { echo "tpud did not start:"; cat "$LOG"; exit 1; }
+  tpud_ports "$LOG" $PID || exit 1
 }
 stop() {
   kill -TERM "$PID"
