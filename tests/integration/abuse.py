@@ -72,7 +72,15 @@ def check(cond, good, bad):
 
 # ---- the server's own view: /proc and /metrics ----
 
+# Under AddressSanitizer (make test-asan sets ASAN_OPTIONS) freed memory sits in its quarantine
+# and RSS says nothing about what tpud holds: RSS reads as 0 there, so every RSS bound holds
+# trivially; the Release run (make test) is the one that checks them.
+SANITIZED = bool(os.environ.get("ASAN_OPTIONS"))
+
+
 def rss_mib(pid):
+    if SANITIZED:
+        return 0.0
     with open("/proc/%d/status" % pid) as f:
         for line in f:
             if line.startswith("VmRSS:"):
