@@ -949,8 +949,9 @@ static int over_limits(hconn_t *c) {
          tpu__sock_unsent(&c->sock) > cfg->max_unsent_bytes;
 }
 
-/* Cuts and serves every complete request in the input, in order. */
-static void conn_process(hconn_t *c) {
+/* Cuts and serves every complete request in the input, in order. Returns 0, or -1 when it
+ * closed the connection (which may be freed then: the caller must not touch it). */
+static int conn_process(hconn_t *c) {
   tpu__io_t *io = c->h->io;
   tpu__sock_t *k = &c->sock;
   while (!c->no_more && !c->closed) {
@@ -973,7 +974,7 @@ static void conn_process(hconn_t *c) {
       no_more(c);
       if (!s) {
         conn_abort(c, "out of memory");
-        return;
+        return -1;
       }
       s->close = 1;
       char msg[160];
@@ -988,7 +989,7 @@ static void conn_process(hconn_t *c) {
     if (avail < need) {
       if (tpu__sock_reserve(k, (size_t)need) != 0) {
         conn_abort(c, "out of memory");
-        return;
+        return -1;
       }
       if (hr.expect_continue && !c->continue_sent && !c->head) {
         static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -1000,7 +1001,7 @@ static void conn_process(hconn_t *c) {
     hslot_t *s = slot_new(c);
     if (!s) {
       conn_abort(c, "out of memory");
-      return;
+      return -1;
     }
     s->minor = hr.minor;
     s->head_only = hr.method == TPU_HTTP_HEAD;
@@ -1012,6 +1013,7 @@ static void conn_process(hconn_t *c) {
     c->continue_sent = 0;
     route(io, s, &hr, p + hr.head_len, (size_t)hr.content_length, t0);
   }
+  return 0;
 }
 
 /* Writes what is ready (one writev); then closes, lingers or resumes reading as due. */
@@ -1035,15 +1037,14 @@ static void conn_flush(hconn_t *c) {
   if (c->paused && !c->no_more && !over_limits(c)) {
     c->paused = 0;
     tpu__sock_resume(&c->sock);
-    conn_process(c);
+    if (conn_process(c) != 0) return;
     if (!c->closed && tpu__sock_unsent(&c->sock)) conn_flush(c);
   }
 }
 
 static void on_input(tpu__sock_t *s) {
   hconn_t *c = conn_of(s);
-  conn_process(c);
-  conn_flush(c);
+  if (conn_process(c) == 0) conn_flush(c);
 }
 
 /* The client is done sending: answer what it asked, then close. */
