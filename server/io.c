@@ -489,7 +489,7 @@ static void on_stop_timer(evutil_socket_t fd, short what, void *arg) {
 static void io_stop_now(tpu__io_t *io) {
   io->stopping = 1;
   /* Every HTTP call came back before this message (compute stopped first) and was answered;
-   * stop accepting HTTP connections. evhttp is freed after the loop (tpu__io_free). */
+   * stop accepting HTTP connections. Their connections are freed after the loop (tpu__io_free). */
   tpu__http_io_stop(io);
   tpu__sock_t *next;
   for (tpu__sock_t *s = io->socks.socks; s; s = next) {
@@ -668,7 +668,7 @@ void tpu__io_free(tpu_server_t *srv) {
         } else if (m->kind == TPU__MSG_DONE) {
           tpu__call_t *call = (tpu__call_t *)m;
           if (call->conn) conn_untrack(call->conn, call);
-          tpu__call_free(call); /* an HTTP call's request went with its evhttp */
+          tpu__call_free(call); /* an HTTP call's slot went with its connection */
         }
         n = next;
       }

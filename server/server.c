@@ -297,7 +297,7 @@ void tpu_server_free(tpu_server_t *srv) {
   stop_compute(srv, 1);
   tpu__audit_stop(srv, "stopping: start-up failed", 1000); /* no-op after tpu_server_run */
   tpu__io_free(srv);
-  if (srv->http_fd >= 0) close(srv->http_fd); /* the I/O threads' evhttps closed their dups */
+  if (srv->http_fd >= 0) close(srv->http_fd); /* the I/O threads closed their dups */
   tpu__repo_free(srv->repo); /* after the I/O threads: their calls released their models */
   tpu__auth_free(srv);       /* after the I/O threads: their SSLs hold their own contexts */
   tpu__mmpool_free(srv->pool);

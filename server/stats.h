@@ -90,7 +90,7 @@ typedef struct {
   _Atomic uint64_t matmuls;                  /* MatMul calls computed */
   tpu_hist_t matmul_us;                      /* MatMul compute time, microseconds */
   /* HTTP endpoint (http.c). */
-  _Atomic uint64_t http_connections_accepted; /* accepted by an I/O thread's evhttp */
+  _Atomic uint64_t http_connections_accepted; /* accepted by an I/O thread (http.c) */
   _Atomic uint64_t http_connections_open;    /* gauge: open, counted from accept */
   _Atomic uint64_t http_connections_rejected; /* refused at accept (max-connections over both ports) */
   _Atomic uint64_t http_responses[TPU_HTTP_NSTATUS]; /* by status, see tpu_http_status_index */
