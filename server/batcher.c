@@ -24,6 +24,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "thread.h"
 
 typedef struct {
   tpu_batch_req_t *req;
@@ -265,7 +266,7 @@ int tpu_batcher_create(const tpu_batcher_config_t *cfg, tpu_batcher_t **out) {
   pthread_condattr_destroy(&ca);
   if (crc != 0) goto fail;
   cv_ok = 1;
-  if (pthread_create(&b->thread, NULL, batcher_main, b) != 0) goto fail;
+  if (tpu_thread_create(&b->thread, batcher_main, b) != 0) goto fail;
   b->started = 1;
   *out = b;
   return 0;

@@ -70,6 +70,9 @@ static const opt_t options[] = {
      "bytes", "gRPC: largest header list of one request (name + value + 32 per field)"},
     {"queue-rows", OPT_UINT, OFF(queue_rows), 0, 1, 100000000, "4096", "rows",
      "rows queued per model version; beyond it requests get RESOURCE_EXHAUSTED"},
+    {"model-memory-limit", OPT_U64, OFF(model_memory_limit), 0, 0, (uint64_t)1 << 50,
+     "2147483648", "bytes", "memory one model version may need to load (weights, plans, "
+     "scratch, batcher, checkpoint); larger ones are refused with the figures (2 GiB; 0: none)"},
     {"drain-timeout-s", OPT_UINT, OFF(drain_timeout_s), 0, 0, 3600, "10", "seconds",
      "on SIGTERM/SIGINT, time in-flight requests get to finish"},
     {"poll-seconds", OPT_UINT, OFF(poll_seconds), 0, 0, 86400, "5", "seconds",
@@ -131,6 +134,7 @@ void tpu_config_defaults(tpu_config_t *cfg) {
   cfg->grpc_max_streams = 100;
   cfg->grpc_max_header_bytes = 16384;
   cfg->queue_rows = 4096;
+  cfg->model_memory_limit = (uint64_t)2 << 30;
   cfg->drain_timeout_s = 10;
   cfg->poll_seconds = 5;
   cfg->audit_fsync = TPU_AUDIT_FSYNC_INTERVAL;

@@ -36,6 +36,7 @@ typedef struct {
   unsigned grpc_max_streams;   /* gRPC/HTTP2: SETTINGS_MAX_CONCURRENT_STREAMS */
   unsigned grpc_max_header_bytes; /* gRPC/HTTP2: largest request header list (RFC 7541 size) */
   unsigned queue_rows;         /* rows queued per model version before RESOURCE_EXHAUSTED */
+  uint64_t model_memory_limit; /* bytes one model version may need at load; 0 = no limit */
   unsigned drain_timeout_s;    /* seconds in-flight requests get to finish on SIGTERM */
   unsigned poll_seconds;       /* seconds: repository rescan period; 0 disables */
   /* Audit log (audit.h); audit_log "" = audit off. */

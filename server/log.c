@@ -38,9 +38,33 @@ const char *tpu_log_level_name(tpu_log_level_t level) {
   return (unsigned)level < 4 ? level_names[level] : "unknown";
 }
 
+const char *tpu_log_escape(char *out, size_t outlen, const char *in) {
+  static const char hex[] = "0123456789abcdef";
+  size_t o = 0;
+  if (!outlen) return out;
+  if (!in) in = "(null)";
+  for (; *in && o + 8 < outlen; in++) {
+    unsigned char c = (unsigned char)*in;
+    if (c < 0x20 || c >= 0x7f || c == '\\' || c == '\'' || c == '"') {
+      out[o++] = '\\';
+      out[o++] = 'x';
+      out[o++] = hex[c >> 4];
+      out[o++] = hex[c & 15];
+    } else {
+      out[o++] = (char)c;
+    }
+  }
+  if (*in && o + 3 < outlen) {
+    memcpy(out + o, "...", 3);
+    o += 3;
+  }
+  out[o] = '\0';
+  return out;
+}
+
 void tpu_log(tpu_log_level_t level, const char *fmt, ...) {
   if ((int)level < atomic_load(&log_level) || (unsigned)level >= 4) return;
-  char line[2048];
+  char line[2048], msg[1800];
   struct timespec ts;
   struct tm tm;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -50,10 +74,22 @@ void tpu_log(tpu_log_level_t level, const char *fmt, ...) {
                         level_tags[level]);
   va_list ap;
   va_start(ap, fmt);
-  int m = vsnprintf(line + n, sizeof line - n - 1, fmt, ap);
+  int m = vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (m < 0) m = 0;
-  n += (size_t)m < sizeof line - n - 1 ? (size_t)m : sizeof line - n - 2;
+  if (m < 0) msg[0] = '\0';
+  /* Control characters escaped: one event, one line (UTF-8 passes through). */
+  static const char hex[] = "0123456789abcdef";
+  for (const char *p = msg; *p && n + 5 < sizeof line; p++) {
+    unsigned char c = (unsigned char)*p;
+    if (c < 0x20 || c == 0x7f) {
+      line[n++] = '\\';
+      line[n++] = 'x';
+      line[n++] = hex[c >> 4];
+      line[n++] = hex[c & 15];
+    } else {
+      line[n++] = (char)c;
+    }
+  }
   line[n++] = '\n';
   ssize_t w = write(STDERR_FILENO, line, n);
   (void)w; /* nowhere to report a failed log write */

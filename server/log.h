@@ -5,9 +5,13 @@
  * Every thread may log; each line is formatted into a local buffer and written with one write(2)
  * call, so lines from different threads never interleave. The level is a process-wide atomic
  * set once from the configuration. Logging never allocates and never blocks on a lock.
+ * A line is always one line: control characters in a message (a newline in a file name, say)
+ * are written as \xNN, so nothing logged can forge a line of its own.
  */
 #ifndef TPU_LOG_H
 #define TPU_LOG_H
+
+#include <stddef.h>
 
 typedef enum {
   TPU_LOG_DEBUG = 0, /* per-request detail, batch formation */
@@ -25,6 +29,11 @@ const char *tpu_log_level_name(tpu_log_level_t level);
 
 /* Writes "2024-01-02T03:04:05.678Z LEVEL message\n" to stderr when level is enabled. */
 void tpu_log(tpu_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Copies `in` into out (outlen bytes, at least 8) for quoting in a message: bytes outside
+ * printable ASCII, the backslash and quotes written as \xNN; cut with "..." when out is too
+ * small. Returns out. For names that come from files, directories or clients. */
+const char *tpu_log_escape(char *out, size_t outlen, const char *in);
 
 #define tpu_log_debug(...) tpu_log(TPU_LOG_DEBUG, __VA_ARGS__)
 #define tpu_log_info(...) tpu_log(TPU_LOG_INFO, __VA_ARGS__)

@@ -6,6 +6,8 @@
  * with a message; everything after start-up is the server's, which never exits the process.
  * SIGTERM/SIGINT drain and return here, and tpud exits 0.
  */
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -34,7 +36,13 @@ int main(int argc, char **argv) {
                cfg.models, cfg.threads, cfg.io_threads, cfg.port, cfg.http_port);
   tpu_engine_config_t ecfg = {.threads = cfg.threads};
   tpu_engine_t *engine = NULL;
+  /* The engine's pool threads start with every signal blocked: signals are the main thread's
+   * (server.c), also during the start-up loads, when a SIGHUP must not kill the process. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
   tpu_status_t st = tpu_engine_create(&ecfg, &engine);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (st != TPU_OK) {
     tpu_log_error("cannot create the engine: %s%s", tpu_strerror(st),
                   st == TPU_ENOTSUP ? " (TPUD_ISA names a kernel set this CPU cannot run)"

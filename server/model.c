@@ -19,6 +19,10 @@
 #include <string.h>
 #include <time.h>
 
+#include <errno.h>
+#include <sys/stat.h>
+
+#include "file.h"
 #include "safetensors.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -29,6 +33,7 @@ typedef struct {
   tpu_weights_t *w;
   size_t in, out;   /* K and N */
   tpu_plan_t **plans; /* one per bucket */
+  const tpu_st_tensor_t *wt, *bt, *st; /* weight, bias, I8 scales in the checkpoint (load) */
 } layer_t;
 
 struct tpu_model {
@@ -42,6 +47,7 @@ struct tpu_model {
   float *pad_in;        /* staging for tpu_model_infer: max_bucket × input_width */
   float *pad_out;       /* max_bucket × output_width */
   uint64_t load_us, warmup_us;
+  uint64_t memory_bytes; /* held while serving (see tpu_model_load_opts_t) */
 };
 
 static tpu_status_t fail(char *err, size_t errlen, tpu_status_t status, const char *where,
@@ -138,15 +144,13 @@ static size_t first_nonfinite(const float *x, size_t n) {
   return n;
 }
 
-/* Reads, checks and packs layer `li`. `in` is the width the layer must take. */
-static tpu_status_t load_layer(tpu_model_t *m, const tpu_safetensors_t *st, const char *ck,
-                               size_t li, size_t in, char *err, size_t errlen) {
+/* Checks layer `li`'s tensors against the chain (`in`: the width it must take) and records
+ * them and its shape in m->layers[li]; reads no element. */
+static tpu_status_t layer_shape(tpu_model_t *m, const tpu_safetensors_t *st, const char *ck,
+                                size_t li, size_t in, char *err, size_t errlen) {
   const tpu_model_layer_config_t *lc = &m->cfg->layers[li];
   layer_t *L = &m->layers[li];
   char shp[160];
-  float *wf = NULL, *bias = NULL, *scales = NULL;
-  tpu_status_t rc = TPU_OK;
-
   const tpu_st_tensor_t *w = tpu_safetensors_find(st, lc->weight);
   if (!w)
     return fail(err, errlen, TPU_EINVAL, ck, "layers[%zu].weight: no tensor named '%s' in the checkpoint",
@@ -176,7 +180,7 @@ static tpu_status_t load_layer(tpu_model_t *m, const tpu_safetensors_t *st, cons
                 li, lc->weight, fmt_shape(shp, sizeof shp, w), out, m->cfg->output_width);
   L->in = k;
   L->out = out;
-
+  L->wt = w;
   if (lc->bias) {
     const tpu_st_tensor_t *b = tpu_safetensors_find(st, lc->bias);
     if (!b)
@@ -186,6 +190,108 @@ static tpu_status_t load_layer(tpu_model_t *m, const tpu_safetensors_t *st, cons
       return fail(err, errlen, TPU_EINVAL, ck,
                   "layers[%zu].bias '%s': expected shape [%zu] (out_features of '%s'), got %s", li,
                   lc->bias, out, lc->weight, fmt_shape(shp, sizeof shp, b));
+    L->bt = b;
+  }
+  if (w->dtype == TPU_ST_I8) {
+    /* Pre-quantized weights: q [out, in] and scales "<weight>_scale" [out] or [out, 1]. */
+    char sname[TPU_MODEL_MAX_NAME + 16];
+    snprintf(sname, sizeof sname, "%s_scale", lc->weight);
+    const tpu_st_tensor_t *sc = tpu_safetensors_find(st, sname);
+    if (!sc)
+      return fail(err, errlen, TPU_EINVAL, ck,
+                  "layers[%zu].weight '%s' is I8, but the checkpoint has no '%s': I8 weights need "
+                  "their per-output-channel scales [%zu] in a tensor named '<weight>_scale'",
+                  li, lc->weight, sname, out);
+    if (!((sc->ndim == 1 && sc->shape[0] == out) ||
+          (sc->ndim == 2 && sc->shape[0] == out && sc->shape[1] == 1)))
+      return fail(err, errlen, TPU_EINVAL, ck,
+                  "'%s': expected shape [%zu] or [%zu, 1] (out_features of '%s'), got %s", sname,
+                  out, out, lc->weight, fmt_shape(shp, sizeof shp, sc));
+    L->st = sc;
+  }
+  return TPU_OK;
+}
+
+/* What a model will hold and need, from the layers' shapes (layer_shape done for all). */
+typedef struct {
+  uint64_t weights, plans, scratch, batch, held; /* bytes held while serving, and their sum */
+  uint64_t ckpt, transient, peak;                /* while loading */
+} mem_t;
+
+static tpu_status_t add64(uint64_t *a, uint64_t b) {
+  return __builtin_add_overflow(*a, b, a) ? TPU_EOVERFLOW : TPU_OK;
+}
+
+static tpu_status_t size_model(const tpu_model_t *m, size_t ckpt_bytes, unsigned batch_copies,
+                               mem_t *z) {
+  const tpu_model_config_t *cfg = m->cfg;
+  memset(z, 0, sizeof *z);
+  uint64_t maxb = cfg->max_batch_size; /* ≤ 4096 and widths ≤ 2^20: products fit */
+  size_t hidden = 1;
+  tpu_status_t rc = TPU_OK;
+  for (size_t i = 0; i < m->nlayers && rc == TPU_OK; i++) {
+    const layer_t *L = &m->layers[i];
+    int raw_i8 = L->wt->dtype == TPU_ST_I8 && cfg->precision == TPU_DTYPE_INT8;
+    size_t held, tr;
+    rc = tpu_weights_memory(m->engine, cfg->precision, raw_i8 ? TPU_DTYPE_INT8 : TPU_DTYPE_FP32,
+                            L->in, L->out, &held, &tr);
+    if (rc != TPU_OK) break;
+    rc = add64(&z->weights, held);
+    /* load_layer's own buffers for this layer: FP32 weights (unless packed raw), bias, scales */
+    uint64_t conv = (raw_i8 ? 0 : (uint64_t)L->in * L->out * sizeof(float)) +
+                    2 * (uint64_t)L->out * sizeof(float);
+    if (conv + tr > z->transient) z->transient = conv + tr;
+    static const float some_bias; /* tpu_plan_memory only asks whether there is a bias */
+    tpu_epilogue_t ep = {.bias = L->bt ? &some_bias : NULL, .act = cfg->layers[i].act,
+                         .out_dtype = TPU_DTYPE_FP32};
+    for (size_t b = 0; b < cfg->nbuckets && rc == TPU_OK; b++) {
+      size_t pb;
+      rc = tpu_plan_memory(m->engine, cfg->precision, L->in, L->out, cfg->buckets[b],
+                           TPU_DTYPE_FP32, &ep, &pb);
+      if (rc == TPU_OK) rc = add64(&z->plans, pb);
+    }
+    if (i + 1 < m->nlayers && L->out > hidden) hidden = L->out;
+  }
+  if (rc != TPU_OK) return rc;
+  uint64_t io = maxb * (cfg->input_width + cfg->output_width) * sizeof(float);
+  z->scratch = io + (m->nlayers > 1 ? maxb * hidden * sizeof(float) : 0) * (m->nlayers > 2 ? 2 : 1) +
+               sizeof *m + m->nlayers * (sizeof(layer_t) + cfg->nbuckets * sizeof(tpu_plan_t *));
+  z->batch = io * batch_copies;
+  z->ckpt = ckpt_bytes;
+  z->held = z->weights + z->plans + z->scratch + z->batch;
+  z->peak = z->held + z->ckpt + z->transient;
+  return TPU_OK;
+}
+
+/* "1.5 GiB", "12.0 MiB", "800 KiB", "512 bytes". */
+static const char *fmt_bytes(char *out, size_t outlen, uint64_t b) {
+  if (b >= (1ull << 30))
+    snprintf(out, outlen, "%.1f GiB", (double)b / (double)(1ull << 30));
+  else if (b >= (1ull << 20))
+    snprintf(out, outlen, "%.1f MiB", (double)b / (double)(1ull << 20));
+  else if (b >= 1024)
+    snprintf(out, outlen, "%.0f KiB", (double)b / 1024.0);
+  else
+    snprintf(out, outlen, "%llu bytes", (unsigned long long)b);
+  return out;
+}
+
+static int cancelled(const tpu_model_load_opts_t *o) {
+  return o && o->cancel && atomic_load(o->cancel);
+}
+
+/* Converts, packs and plans layer `li` (shapes checked by layer_shape). */
+static tpu_status_t load_layer(tpu_model_t *m, const char *ck, size_t li,
+                               const tpu_model_load_opts_t *o, char *err, size_t errlen) {
+  const tpu_model_layer_config_t *lc = &m->cfg->layers[li];
+  layer_t *L = &m->layers[li];
+  float *wf = NULL, *bias = NULL, *scales = NULL;
+  tpu_status_t rc = TPU_OK;
+  const tpu_st_tensor_t *w = L->wt;
+  size_t out = L->out, k = L->in;
+
+  if (L->bt) {
+    const tpu_st_tensor_t *b = L->bt;
     if (!(bias = alloc_floats(out))) return fail(err, errlen, TPU_ENOMEM, ck, "out of memory");
     if (!to_f32(b, bias)) {
       rc = fail(err, errlen, TPU_EINVAL, ck,
@@ -205,23 +311,9 @@ static tpu_status_t load_layer(tpu_model_t *m, const tpu_safetensors_t *st, cons
   tpu_weights_desc_t desc = {.compute = m->cfg->precision, .k = k, .n = out,
                              .layout = TPU_LAYOUT_NK, .src_dtype = TPU_DTYPE_FP32};
   if (w->dtype == TPU_ST_I8) {
-    /* Pre-quantized weights: q [out, in] and scales "<weight>_scale" [out] or [out, 1]. */
+    const tpu_st_tensor_t *s = L->st;
     char sname[TPU_MODEL_MAX_NAME + 16];
     snprintf(sname, sizeof sname, "%s_scale", lc->weight);
-    const tpu_st_tensor_t *s = tpu_safetensors_find(st, sname);
-    if (!s) {
-      rc = fail(err, errlen, TPU_EINVAL, ck,
-                "layers[%zu].weight '%s' is I8, but the checkpoint has no '%s': I8 weights need "
-                "their per-output-channel scales [%zu] in a tensor named '<weight>_scale'",
-                li, lc->weight, sname, out);
-      goto done;
-    }
-    if (!((s->ndim == 1 && s->shape[0] == out) ||
-          (s->ndim == 2 && s->shape[0] == out && s->shape[1] == 1))) {
-      rc = fail(err, errlen, TPU_EINVAL, ck, "'%s': expected shape [%zu] or [%zu, 1] (out_features of '%s'), got %s",
-                sname, out, out, lc->weight, fmt_shape(shp, sizeof shp, s));
-      goto done;
-    }
     if (!(scales = alloc_floats(out))) {
       rc = fail(err, errlen, TPU_ENOMEM, ck, "out of memory");
       goto done;
@@ -291,6 +383,10 @@ static tpu_status_t load_layer(tpu_model_t *m, const tpu_safetensors_t *st, cons
   }
   tpu_epilogue_t ep = {.bias = bias, .act = lc->act, .out_dtype = TPU_DTYPE_FP32};
   for (size_t b = 0; b < m->cfg->nbuckets; b++) {
+    if (cancelled(o)) {
+      rc = fail(err, errlen, TPU_ECANCELED, ck, "load cancelled");
+      goto done;
+    }
     rc = tpu_plan_create(m->engine, L->w, m->cfg->buckets[b], TPU_DTYPE_FP32, &ep, &L->plans[b]);
     if (rc != TPU_OK) {
       rc = fail(err, errlen, rc, ck, "layers[%zu] '%s': compiling the plan for bucket %zu failed: %s",
@@ -325,12 +421,19 @@ void tpu_model_free(tpu_model_t *m) {
 }
 
 tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *name,
-                            uint64_t version, tpu_model_t **out, char *err, size_t errlen) {
+                            uint64_t version, tpu_model_load_opts_t *o, tpu_model_t **out,
+                            char *err, size_t errlen) {
   uint64_t t0 = now_us();
   char path[PATH_MAX], ck[PATH_MAX];
+  char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], b7[32], b8[32], b9[32], b10[32];
   tpu_safetensors_t *st = NULL;
   tpu_status_t rc;
+  int sys = 0; /* errno of a failed read, for opts->transient */
   if (err && errlen) err[0] = '\0';
+  if (o) {
+    o->transient = 0;
+    o->memory_bytes = o->peak_bytes = 0;
+  }
   if (!engine || !dir || !name || !out)
     return fail(err, errlen, TPU_EINVAL, "tpu_model_load", "engine, dir, name and out are required");
   *out = NULL;
@@ -345,16 +448,39 @@ tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *n
     rc = fail(err, errlen, TPU_ENOMEM, dir, "out of memory");
     goto fail;
   }
-  if ((rc = tpu_model_config_load(path, &m->cfg, err, errlen)) != TPU_OK) goto fail;
+  void *text;
+  size_t textlen;
+  /* model.json: not a FIFO, not changing under us, bounded (file.h). */
+  if ((sys = tpu_file_read(path, TPU_MODEL_CONFIG_MAX_BYTES, NULL, &text, &textlen, NULL, err,
+                           errlen)) != 0) {
+    rc = sys == ENOMEM ? TPU_ENOMEM : TPU_EINVAL;
+    goto fail;
+  }
+  rc = tpu_model_config_parse(text, textlen, path, &m->cfg, err, errlen);
+  free(text);
+  if (rc != TPU_OK) goto fail;
   const tpu_model_config_t *cfg = m->cfg;
 
   if ((size_t)snprintf(ck, sizeof ck, "%s/%s", dir, cfg->checkpoint_file) >= sizeof ck) {
     rc = fail(err, errlen, TPU_EINVAL, dir, "path too long");
     goto fail;
   }
-  /* The digest is checked before the file is parsed: a partial copy or tampered file is
-   * reported as what it is, and never interpreted. */
-  if ((rc = tpu_safetensors_open_verified(ck, cfg->sha256, &st, err, errlen)) != TPU_OK) goto fail;
+  uint64_t limit = o ? o->memory_limit : 0;
+  struct stat sb;
+  if (limit && stat(ck, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > limit) {
+    rc = fail(err, errlen, TPU_ERANGE, ck,
+              "the checkpoint is %s (%lld bytes), more than the model memory limit of %s",
+              fmt_bytes(b1, sizeof b1, (uint64_t)sb.st_size), (long long)sb.st_size,
+              fmt_bytes(b2, sizeof b2, limit));
+    goto fail;
+  }
+  /* The digest is checked before the file is parsed (a partial copy or tampered file is
+   * reported as what it is, and never interpreted), over the private copy that is then parsed
+   * and packed: what was verified is what serves. */
+  tpu_st_read_opts_t ro = {.max_bytes = limit, .cancel = o ? o->cancel : NULL, .sys_errno = &sys};
+  if ((rc = tpu_safetensors_load(ck, cfg->sha256, &ro, &st, err, errlen)) != TPU_OK) goto fail;
+  size_t cklen;
+  tpu_safetensors_bytes(st, &cklen);
 
   if (!(m->layers = calloc(cfg->nlayers, sizeof *m->layers))) {
     rc = fail(err, errlen, TPU_ENOMEM, dir, "out of memory");
@@ -363,11 +489,43 @@ tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *n
   m->nlayers = cfg->nlayers;
   size_t width = cfg->input_width, hidden = 1;
   for (size_t i = 0; i < cfg->nlayers; i++) {
-    if ((rc = load_layer(m, st, ck, i, width, err, errlen)) != TPU_OK) goto fail;
+    if ((rc = layer_shape(m, st, ck, i, width, err, errlen)) != TPU_OK) goto fail;
     width = m->layers[i].out;
     if (i + 1 < cfg->nlayers && width > hidden) hidden = width;
   }
-  tpu_safetensors_close(st); /* weights are packed: the mapping is no longer needed */
+  /* Sized before anything big is allocated: a small file cannot demand gigabytes. */
+  mem_t z;
+  if ((rc = size_model(m, cklen, o ? o->batch_copies : 0, &z)) != TPU_OK) {
+    rc = fail(err, errlen, rc, dir, "cannot size the model: %s", tpu_strerror(rc));
+    goto fail;
+  }
+  if (o) {
+    o->memory_bytes = z.held;
+    o->peak_bytes = z.peak;
+  }
+  if (limit && z.peak > limit) {
+    rc = fail(err, errlen, TPU_ERANGE, dir,
+              "needs %s to load, more than the model memory limit of %s: %s while serving "
+              "(packed weights %s, plans %s, activations and staging for %zu rows %s, batcher "
+              "%s) and %s more while loading (the checkpoint %s, conversion buffers %s); "
+              "lower max_batch_size or the widths, or raise the limit",
+              fmt_bytes(b1, sizeof b1, z.peak), fmt_bytes(b2, sizeof b2, limit),
+              fmt_bytes(b3, sizeof b3, z.held), fmt_bytes(b4, sizeof b4, z.weights),
+              fmt_bytes(b5, sizeof b5, z.plans), cfg->max_batch_size,
+              fmt_bytes(b6, sizeof b6, z.scratch), fmt_bytes(b7, sizeof b7, z.batch),
+              fmt_bytes(b8, sizeof b8, z.ckpt + z.transient), fmt_bytes(b9, sizeof b9, z.ckpt),
+              fmt_bytes(b10, sizeof b10, z.transient));
+    goto fail;
+  }
+  for (size_t i = 0; i < cfg->nlayers; i++) {
+    if (cancelled(o)) {
+      rc = fail(err, errlen, TPU_ECANCELED, dir, "load cancelled");
+      goto fail;
+    }
+    if ((rc = load_layer(m, ck, i, o, err, errlen)) != TPU_OK) goto fail;
+  }
+  for (size_t i = 0; i < cfg->nlayers; i++) m->layers[i].wt = m->layers[i].bt = m->layers[i].st = NULL;
+  tpu_safetensors_close(st); /* weights are packed: the checkpoint's bytes are no longer needed */
   st = NULL;
 
   size_t maxb = cfg->max_batch_size; /* ≤ 4096 and widths ≤ 2^20: products fit size_t */
@@ -386,18 +544,25 @@ tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *n
   /* Warm-up: every bucket once, so the first request pays no first-touch or lazy-init cost. */
   uint64_t tw = now_us();
   memset(m->pad_in, 0, maxb * cfg->input_width * sizeof(float));
-  for (size_t b = 0; b < cfg->nbuckets; b++)
+  for (size_t b = 0; b < cfg->nbuckets; b++) {
+    if (cancelled(o)) {
+      rc = fail(err, errlen, TPU_ECANCELED, dir, "load cancelled during warm-up");
+      goto fail;
+    }
     if ((rc = tpu_model_run(m, b, m->pad_in, m->pad_out)) != TPU_OK) {
       rc = fail(err, errlen, rc, dir, "warm-up run of bucket %zu failed: %s", cfg->buckets[b],
                 tpu_strerror(rc));
       goto fail;
     }
+  }
   m->warmup_us = now_us() - tw;
   m->load_us = now_us() - t0;
+  m->memory_bytes = z.held;
   *out = m;
   return TPU_OK;
 
 fail:
+  if (o) o->transient = rc == TPU_ENOMEM || (sys && tpu_file_transient(sys));
   tpu_safetensors_close(st);
   tpu_model_free(m);
   return rc;
@@ -470,4 +635,22 @@ size_t tpu_model_layer_count(const tpu_model_t *m) { return m ? m->nlayers : 0; 
 const char *tpu_model_sha256(const tpu_model_t *m) { return m ? m->cfg->sha256 : NULL; }
 const tpu_model_config_t *tpu_model_config(const tpu_model_t *m) { return m ? m->cfg : NULL; }
 uint64_t tpu_model_load_us(const tpu_model_t *m) { return m ? m->load_us : 0; }
+uint64_t tpu_model_memory_bytes(const tpu_model_t *m) { return m ? m->memory_bytes : 0; }
+
+tpu_status_t tpu_model_bucket_cost(const tpu_model_t *m, size_t bucket_index, uint64_t *macs,
+                                   uint64_t *cycles, uint64_t *slots) {
+  if (!m || bucket_index >= m->cfg->nbuckets) return TPU_EINVAL;
+  uint64_t a = 0, c = 0, s = 0;
+  for (size_t i = 0; i < m->nlayers; i++) {
+    uint64_t la, lc, ls;
+    tpu_plan_cost(m->layers[i].plans[bucket_index], &la, &lc, &ls);
+    a += la;
+    c += lc;
+    s += ls;
+  }
+  if (macs) *macs = a;
+  if (cycles) *cycles = c;
+  if (slots) *slots = s;
+  return TPU_OK;
+}
 uint64_t tpu_model_warmup_us(const tpu_model_t *m) { return m ? m->warmup_us : 0; }

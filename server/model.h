@@ -32,6 +32,19 @@
  * all activations ping-pong between two buffers of max_bucket × max_hidden_width floats allocated
  * at load.
  *
+ * Memory. Before packing anything or allocating scratch, the load works out what the model will
+ * hold (packed weights and plans from the engine's own sizing, tpu_weights_memory and
+ * tpu_plan_memory; activation and staging buffers from the widths and max_batch_size) and what
+ * loading it needs at its peak (that, the checkpoint's bytes held while packing, and the largest
+ * layer's conversion buffers), and refuses the model with TPU_ERANGE, naming each part, when the
+ * peak exceeds the caller's memory_limit. A checkpoint file larger than the limit is refused from
+ * its size, before it is read. So a small file cannot make tpud allocate gigabytes.
+ *
+ * Files. model.json and the checkpoint are read whole with tpu_file_read (file.h): a FIFO or
+ * device in their place is refused without blocking, and the checkpoint's SHA-256 is computed
+ * over the private copy that is then parsed and packed, so the weights served are exactly the
+ * bytes that were verified, whatever happens to the file during or after the load.
+ *
  * Thread safety: a model's plans and scratch are shared state, so tpu_model_run and
  * tpu_model_infer may be called by one thread at a time per model (the batcher serializes each
  * model); the accessors may be called from any thread at any time, since they read only what
@@ -40,6 +53,7 @@
 #ifndef TPU_MODEL_H
 #define TPU_MODEL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,15 +66,37 @@ extern "C" {
 
 typedef struct tpu_model tpu_model_t;
 
+/* How tpu_model_load runs, and what it tells the caller besides the model. */
+typedef struct {
+  /* In. */
+  const atomic_int *cancel; /* NULL, or a flag: once set, the load stops at its next check
+                             * (every 1 MiB read or hashed, every layer packed, every plan
+                             * compiled, every warm-up run) with TPU_ECANCELED */
+  uint64_t memory_limit;    /* bytes the model may need at load (0: no limit); see DESIGN */
+  unsigned batch_copies;    /* the caller keeps this many more buffers of a full batch of
+                             * input and of output rows (its batcher's): counted with the
+                             * model's memory against memory_limit and in memory_bytes */
+  /* Out. */
+  int transient;            /* failure: descriptors or memory ran out (tpu_file_transient),
+                             * not the files' fault: a retry may succeed with the same files */
+  uint64_t memory_bytes;    /* what the model holds while serving, batch_copies included
+                             * (success, or a refusal for the limit: what it would hold) */
+  uint64_t peak_bytes;      /* what loading it needs at its peak: memory_bytes plus the
+                             * checkpoint's bytes and the largest layer's conversion buffers */
+} tpu_model_load_opts_t;
+
 /* Loads the model version in directory `dir` (which holds model.json and the checkpoint it
  * names) on `engine`, as model `name` version `version` (names are the server's; they are
- * copied and only reported). On success *out is a ready model (warm-up done); on failure *out is
- * NULL and err (errlen bytes; may be NULL) says what was wrong, prefixed with the file it was
- * found in. Status: TPU_EINVAL for a bad, unreadable or mismatched model.json or checkpoint
- * (including a SHA-256 mismatch), TPU_ENOMEM, or an engine status from packing or planning. The
- * engine must outlive the model. */
+ * copied and only reported). opts may be NULL (no cancel, no limit). On success *out is a ready
+ * model (warm-up done); on failure *out is NULL and err (errlen bytes; may be NULL) says what
+ * was wrong, prefixed with the file it was found in. Status: TPU_EINVAL for a bad, unreadable
+ * or mismatched model.json or checkpoint (including a SHA-256 mismatch), TPU_ERANGE when the
+ * model needs more memory than opts->memory_limit (the message says how much and of what),
+ * TPU_ECANCELED, TPU_ENOMEM, or an engine status from packing or planning. The engine must
+ * outlive the model. */
 tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *name,
-                            uint64_t version, tpu_model_t **out, char *err, size_t errlen);
+                            uint64_t version, tpu_model_load_opts_t *opts, tpu_model_t **out,
+                            char *err, size_t errlen);
 
 /* Frees the model's plans, weights and scratch; accepts NULL. No run may be in progress. */
 void tpu_model_free(tpu_model_t *model);
@@ -99,6 +135,13 @@ size_t tpu_model_layer_count(const tpu_model_t *model);
 const char *tpu_model_sha256(const tpu_model_t *model);
 /* The parsed model.json. */
 const tpu_model_config_t *tpu_model_config(const tpu_model_t *model);
+/* What one call of bucket `bucket_index` costs the engine: useful MACs, simulated systolic
+ * cycles and MAC slots, summed over the layers (tpu_plan_cost). TPU_EINVAL for a bad index. */
+tpu_status_t tpu_model_bucket_cost(const tpu_model_t *model, size_t bucket_index, uint64_t *macs,
+                                   uint64_t *cycles, uint64_t *slots);
+/* Bytes the model holds while serving (packed weights, plans, scratch), batch_copies included
+ * (as opts->memory_bytes). */
+uint64_t tpu_model_memory_bytes(const tpu_model_t *model);
 /* Microseconds tpu_model_load took in all, and of them the warm-up runs of every bucket. */
 uint64_t tpu_model_load_us(const tpu_model_t *model);
 uint64_t tpu_model_warmup_us(const tpu_model_t *model);

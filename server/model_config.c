@@ -8,6 +8,8 @@
  */
 #include "model_config.h"
 
+#include "file.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -432,47 +434,12 @@ tpu_status_t tpu_model_config_load(const char *path, tpu_model_config_t **out, c
   if (err && errlen) err[0] = '\0';
   if (!path || !out) return fail(&c, TPU_EINVAL, "invalid argument");
   *out = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(&c, TPU_EINVAL, "cannot open: %s", strerror(errno));
-  struct stat sb;
-  tpu_status_t rc;
-  char *buf = NULL;
-  if (fstat(fd, &sb) != 0) {
-    rc = fail(&c, TPU_EINVAL, "cannot stat: %s", strerror(errno));
-    goto done;
-  }
-  if (!S_ISREG(sb.st_mode)) {
-    rc = fail(&c, TPU_EINVAL, "not a regular file");
-    goto done;
-  }
-  if (sb.st_size > (off_t)TPU_MODEL_CONFIG_MAX_BYTES) {
-    rc = fail(&c, TPU_EINVAL, "file is %lld bytes, more than the limit of %u",
-              (long long)sb.st_size, TPU_MODEL_CONFIG_MAX_BYTES);
-    goto done;
-  }
-  /* One byte more than the size, so a file that grows while we read it is caught. */
-  size_t cap = (size_t)sb.st_size + 1, len = 0;
-  if (!(buf = malloc(cap))) {
-    rc = fail(&c, TPU_ENOMEM, "out of memory");
-    goto done;
-  }
-  for (;;) {
-    ssize_t n = read(fd, buf + len, cap - len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      rc = fail(&c, TPU_EINVAL, "cannot read: %s", strerror(errno));
-      goto done;
-    }
-    if (n == 0) break;
-    len += (size_t)n;
-    if (len == cap) {
-      rc = fail(&c, TPU_EINVAL, "file changed while it was being read");
-      goto done;
-    }
-  }
-  rc = tpu_model_config_parse(buf, len, path, out, err, errlen);
-done:
+  void *buf;
+  size_t len;
+  /* Not a FIFO, not growing while read, bounded (file.h); the message names the path. */
+  int e = tpu_file_read(path, TPU_MODEL_CONFIG_MAX_BYTES, NULL, &buf, &len, NULL, err, errlen);
+  if (e) return e == ENOMEM ? TPU_ENOMEM : TPU_EINVAL;
+  tpu_status_t rc = tpu_model_config_parse(buf, len, path, out, err, errlen);
   free(buf);
-  close(fd);
   return rc;
 }

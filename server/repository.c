@@ -26,14 +26,17 @@
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "clock.h"
+#include "file.h"
 #include "log.h"
 #include "server_int.h"
+#include "thread.h"
 
 /* ---- policy ---- */
 
@@ -179,25 +182,55 @@ static int cmp_entry(const void *a, const void *b) {
   return strcmp(((const entry_sig_t *)a)->name, ((const entry_sig_t *)b)->name);
 }
 
-uint64_t tpu_repo_dir_sig(const char *dir) {
+int tpu_repo_valid_name(const char *name) {
+  size_t n = 0;
+  if (!name || name[0] == '.') return 0;
+  for (; name[n]; n++) {
+    char c = name[n];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+          c == '.' || c == '_' || c == '-'))
+      return 0;
+  }
+  return n >= 1 && n <= TPU_REPO_MAX_NAME;
+}
+
+/* An errno that means "not there" rather than "there but unreadable". */
+static int gone(int e) { return e == ENOENT || e == ENOTDIR; }
+
+int tpu_repo_dir_sig(const char *dir, uint64_t *sig) {
   DIR *d = opendir(dir);
-  if (!d) return 0;
+  if (!d) return errno ? errno : EIO;
   entry_sig_t *e = NULL;
   size_t n = 0, cap = 0;
   struct dirent *de;
   char path[8192];
-  while ((de = readdir(d))) {
+  int rc = 0;
+  for (;;) {
+    errno = 0;
+    if (!(de = readdir(d))) {
+      rc = errno; /* 0 at the end; else the listing is incomplete */
+      break;
+    }
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
     if (n == cap) {
       cap = cap ? cap * 2 : 16;
       entry_sig_t *g = realloc(e, cap * sizeof *e);
-      if (!g) break;
+      if (!g) {
+        rc = ENOMEM;
+        break;
+      }
       e = g;
     }
     struct stat sb;
     snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
     memset(&sb, 0, sizeof sb);
-    if (stat(path, &sb) != 0) continue; /* vanished meanwhile: the next scan sees the change */
+    if (stat(path, &sb) != 0) {
+      if (errno == ENOENT) continue; /* vanished meanwhile: the next scan sees the change */
+      if (errno != ELOOP) {          /* a looping symlink is an entry like any other */
+        rc = errno;
+        break;
+      }
+    }
     snprintf(e[n].name, sizeof e[n].name, "%s", de->d_name);
     uint64_t f[6] = {(uint64_t)sb.st_ino, (uint64_t)sb.st_size,
                      (uint64_t)sb.st_mtim.tv_sec, (uint64_t)sb.st_mtim.tv_nsec,
@@ -206,6 +239,10 @@ uint64_t tpu_repo_dir_sig(const char *dir) {
     n++;
   }
   closedir(d);
+  if (rc) {
+    free(e);
+    return gone(rc) ? EIO : rc; /* the directory itself was there: not "gone" */
+  }
   if (n) qsort(e, n, sizeof *e, cmp_entry); /* readdir order is not stable across renames */
   uint64_t h = 0xcbf29ce484222325ULL;
   for (size_t i = 0; i < n; i++) {
@@ -213,7 +250,8 @@ uint64_t tpu_repo_dir_sig(const char *dir) {
     h = fnv(h, &e[i].h, sizeof e[i].h);
   }
   free(e);
-  return h ? h : 1;
+  *sig = h ? h : 1;
+  return 0;
 }
 
 static int cmp_vscan(const void *a, const void *b) {
@@ -224,36 +262,103 @@ static int cmp_mscan(const void *a, const void *b) {
   return strcmp(((const tpu_repo_mscan_t *)a)->name, ((const tpu_repo_mscan_t *)b)->name);
 }
 
-/* Reads <mdir>/policy.json into m (policy_sig, policy_ok, policy, policy_err). */
-static void scan_policy(const char *mdir, tpu_repo_mscan_t *m) {
-  char path[8192];
+static void problem(tpu_repo_scan_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void problem(tpu_repo_scan_t *s, const char *fmt, ...) {
+  tpu_repo_problem_t *g = realloc(s->problems, (s->nproblems + 1) * sizeof *g);
+  if (!g) return; /* out of memory: the problem goes unreported this scan, nothing else */
+  s->problems = g;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g[s->nproblems].text, sizeof g[0].text, fmt, ap);
+  va_end(ap);
+  s->nproblems++;
+}
+
+#define POLICY_MAX_BYTES 8191
+
+/* Reads <mdir>/policy.json into m (policy_sig, policy_ok, policy_unread, policy, policy_err). */
+static void scan_policy(tpu_repo_scan_t *s, const char *mdir, tpu_repo_mscan_t *m) {
+  char path[8192], q[200];
   struct stat sb;
-  if ((size_t)snprintf(path, sizeof path, "%s/policy.json", mdir) >= sizeof path ||
-      stat(path, &sb) != 0)
+  if ((size_t)snprintf(path, sizeof path, "%s/policy.json", mdir) >= sizeof path) return;
+  if (stat(path, &sb) != 0) {
+    if (!gone(errno)) {
+      m->policy_unread = 1;
+      problem(s, "model '%s': policy.json cannot be read (%s); keeping the version policy it "
+              "had", tpu_log_escape(q, sizeof q, m->name), strerror(errno));
+    }
     return;
+  }
   uint64_t f[5] = {(uint64_t)sb.st_ino, (uint64_t)sb.st_size, (uint64_t)sb.st_mtim.tv_sec,
                    (uint64_t)sb.st_mtim.tv_nsec, (uint64_t)sb.st_ctim.tv_nsec};
   m->policy_sig = fnv(0xcbf29ce484222325ULL, f, sizeof f);
   if (!m->policy_sig) m->policy_sig = 1;
-  FILE *fp = fopen(path, "rb");
-  char buf[8192];
-  size_t len = 0;
-  if (!fp) {
-    snprintf(m->policy_err, sizeof m->policy_err, "%s", strerror(errno));
+  void *buf;
+  size_t len;
+  char err[300];
+  int e = tpu_file_read(path, POLICY_MAX_BYTES, NULL, &buf, &len, NULL, err, sizeof err);
+  if (e && tpu_file_transient(e)) { /* descriptors or memory: not the file's fault */
+    m->policy_sig = 0;
+    m->policy_unread = 1;
+    problem(s, "model '%s': policy.json cannot be read now (%s); keeping the version policy "
+            "it had", tpu_log_escape(q, sizeof q, m->name), strerror(e));
     return;
   }
-  len = fread(buf, 1, sizeof buf, fp);
-  int big = len == sizeof buf;
-  fclose(fp);
-  if (big) {
-    snprintf(m->policy_err, sizeof m->policy_err, "file larger than %zu bytes", sizeof buf - 1);
+  if (e) { /* the log line names the model: keep the reason without the path */
+    const char *why = strstr(err, ": ") ? strstr(err, ": ") + 2 : err;
+    snprintf(m->policy_err, sizeof m->policy_err, "%.200s", why);
     return;
   }
-  char err[200];
-  if (tpu_repo_policy_parse(buf, len, &m->policy, err, sizeof err) == 0)
+  char perr[200];
+  if (tpu_repo_policy_parse(buf, len, &m->policy, perr, sizeof perr) == 0)
     m->policy_ok = 1;
   else
-    snprintf(m->policy_err, sizeof m->policy_err, "%s", err);
+    snprintf(m->policy_err, sizeof m->policy_err, "%s", perr);
+  free(buf);
+}
+
+/* Lists the versions of model directory mdir into m. Returns 0, or the errno that kept the
+ * directory from being listed whole. */
+static int scan_model(tpu_repo_scan_t *s, const char *mdir, tpu_repo_mscan_t *m) {
+  char vdir[8192 + 300], q[200];
+  DIR *vd = opendir(mdir);
+  if (!vd) return errno ? errno : EIO;
+  size_t vcap = 0;
+  struct dirent *ve;
+  int rc = 0;
+  for (;;) {
+    errno = 0;
+    if (!(ve = readdir(vd))) {
+      rc = errno;
+      break;
+    }
+    uint64_t version;
+    if (tpu_repo_parse_version(ve->d_name, &version) != 0) continue;
+    snprintf(vdir, sizeof vdir, "%s/%s", mdir, ve->d_name);
+    struct stat sb;
+    uint64_t sig = 0;
+    int e = stat(vdir, &sb) != 0 ? errno : !S_ISDIR(sb.st_mode) ? ENOTDIR : 0;
+    if (gone(e)) continue;
+    if (!e) e = tpu_repo_dir_sig(vdir, &sig);
+    if (gone(e)) continue; /* vanished meanwhile */
+    if (e)
+      problem(s, "model '%s' version %s: its directory cannot be read (%s); it is kept as it "
+              "is (a new version is not loaded) until it can",
+              tpu_log_escape(q, sizeof q, m->name), ve->d_name, strerror(e));
+    if (m->nv == vcap) {
+      vcap = vcap ? vcap * 2 : 4;
+      tpu_repo_vscan_t *g = realloc(m->v, vcap * sizeof *g);
+      if (!g) {
+        rc = ENOMEM;
+        break;
+      }
+      m->v = g;
+    }
+    m->v[m->nv++] = (tpu_repo_vscan_t){version, sig, e};
+  }
+  closedir(vd);
+  return rc;
 }
 
 int tpu_repo_scan(const char *root, tpu_repo_scan_t *out, char *err, size_t errlen) {
@@ -265,46 +370,53 @@ int tpu_repo_scan(const char *root, tpu_repo_scan_t *out, char *err, size_t errl
   }
   size_t cap = 0;
   struct dirent *e;
-  char mdir[8192], vdir[8192 + 300];
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.' || strlen(e->d_name) > TPU_REPO_MAX_NAME) continue;
-    snprintf(mdir, sizeof mdir, "%s/%s", root, e->d_name);
+  char mdir[8192], q[200];
+  int rc = 0;
+  for (;;) {
+    errno = 0;
+    if (!(e = readdir(d))) {
+      rc = errno;
+      break;
+    }
+    if (e->d_name[0] == '.') continue; /* hidden, ".", "..": not ours */
+    if ((size_t)snprintf(mdir, sizeof mdir, "%s/%s", root, e->d_name) >= sizeof mdir) continue;
     struct stat sb;
-    if (stat(mdir, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
-    DIR *vd = opendir(mdir);
-    if (!vd) continue;
+    int se = stat(mdir, &sb) != 0 ? errno : 0;
+    if (gone(se) || (!se && !S_ISDIR(sb.st_mode))) continue; /* files at the top: ignored */
+    if (!tpu_repo_valid_name(e->d_name)) {
+      if (!se)
+        problem(out, "directory '%s' skipped: model names are 1-%d bytes of [A-Za-z0-9._-]",
+                tpu_log_escape(q, sizeof q, e->d_name), TPU_REPO_MAX_NAME);
+      continue;
+    }
     tpu_repo_mscan_t m;
     memset(&m, 0, sizeof m);
-    size_t vcap = 0;
-    struct dirent *ve;
-    while ((ve = readdir(vd))) {
-      uint64_t version;
-      if (tpu_repo_parse_version(ve->d_name, &version) != 0) continue;
-      snprintf(vdir, sizeof vdir, "%s/%s", mdir, ve->d_name);
-      if (stat(vdir, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
-      uint64_t sig = tpu_repo_dir_sig(vdir);
-      if (!sig) continue;
-      if (m.nv == vcap) {
-        vcap = vcap ? vcap * 2 : 4;
-        tpu_repo_vscan_t *g = realloc(m.v, vcap * sizeof *g);
-        if (!g) break;
-        m.v = g;
-      }
-      m.v[m.nv++] = (tpu_repo_vscan_t){version, sig};
-    }
-    closedir(vd);
-    if (!m.nv) { /* not a model: a helper directory, or a model still being created */
+    memcpy(m.name, e->d_name, strlen(e->d_name) + 1); /* valid: at most TPU_REPO_MAX_NAME */
+    int me = se ? se : scan_model(out, mdir, &m);
+    if (gone(me)) { /* removed meanwhile */
       free(m.v);
       continue;
     }
-    qsort(m.v, m.nv, sizeof *m.v, cmp_vscan);
-    snprintf(m.name, sizeof m.name, "%s", e->d_name);
-    scan_policy(mdir, &m);
+    if (me) {
+      free(m.v);
+      m.v = NULL;
+      m.nv = 0;
+      m.err = me;
+      problem(out, "model '%s': its directory cannot be read (%s); its versions are kept as "
+              "they are until it can", tpu_log_escape(q, sizeof q, m.name), strerror(me));
+    } else if (!m.nv) { /* not a model: a helper directory, or a model still being created */
+      free(m.v);
+      continue;
+    } else {
+      qsort(m.v, m.nv, sizeof *m.v, cmp_vscan);
+      scan_policy(out, mdir, &m);
+    }
     if (out->n == cap) {
       cap = cap ? cap * 2 : 8;
       tpu_repo_mscan_t *g = realloc(out->m, cap * sizeof *g);
       if (!g) {
         free(m.v);
+        rc = ENOMEM;
         break;
       }
       out->m = g;
@@ -312,6 +424,11 @@ int tpu_repo_scan(const char *root, tpu_repo_scan_t *out, char *err, size_t errl
     out->m[out->n++] = m;
   }
   closedir(d);
+  if (rc) { /* a partial listing would read as models removed: report the root unreadable */
+    snprintf(err, errlen, "%s: cannot be listed: %s", root, strerror(rc));
+    tpu_repo_scan_free(out);
+    return -1;
+  }
   if (out->n) qsort(out->m, out->n, sizeof *out->m, cmp_mscan);
   return 0;
 }
@@ -319,6 +436,7 @@ int tpu_repo_scan(const char *root, tpu_repo_scan_t *out, char *err, size_t errl
 void tpu_repo_scan_free(tpu_repo_scan_t *s) {
   for (size_t i = 0; i < s->n; i++) free(s->m[i].v);
   free(s->m);
+  free(s->problems);
   memset(s, 0, sizeof *s);
 }
 
@@ -334,6 +452,9 @@ typedef struct {
   int unloaded;       /* named by a ModelUnload: not served until a ModelLoad */
   int force;          /* load again even if the files did not change */
   int attempted;      /* loaded during the current reconcile (each version once per round) */
+  int transient;      /* the last load failed for want of descriptors or memory: retried at
+                       * every reconcile, files changed or not */
+  int seen;           /* scan_update: listed (or kept, being unreadable) by the latest scan */
   unsigned ndraining; /* retired instances still referenced */
   tpu__model_t *inst; /* the serving instance (one reference), or NULL */
 } vstate_t;
@@ -353,6 +474,8 @@ struct tpu__repo {
   mstate_t *m; /* ascending by name */
   size_t nm;
   int root_warned;
+  tpu_repo_problem_t *problems; /* the latest scan's, each logged when it first appeared */
+  size_t nproblems;
   pthread_t thread;
   int started;
 
@@ -493,30 +616,14 @@ static int model_run(void *ctx, size_t bucket_rows, const void *in, void *out, c
   return 0;
 }
 
-/* Measures the engine work (MACs, simulated systolic cycles and slots) of one call per bucket by
- * running each bucket once on zeros and reading the engine's counters around it. Exact at
- * start-up, when models load one at a time before anything else computes; a version loaded
- * while other models serve may count some of their work too (the counters are engine-wide).
- * Costs one extra warm-up run. */
-static void measure_buckets(tpu_server_t *srv, tpu__model_t *m, const size_t *buckets, size_t nb) {
+/* The engine work (MACs, simulated systolic cycles and slots) of one call per bucket, from the
+ * model's plans (exact, and nothing extra runs). */
+static void bucket_costs(tpu__model_t *m, size_t nb) {
   if (nb > TPU_MODEL_MAX_BUCKETS) nb = TPU_MODEL_MAX_BUCKETS;
-  size_t top = buckets[nb - 1];
-  float *in = calloc(top * (size_t)m->in_shape[1], sizeof(float));
-  float *out = malloc(top * (size_t)m->out_shape[1] * sizeof(float));
-  for (size_t b = 0; in && out && b < nb; b++) {
-    tpu_engine_stats_t s0, s1;
-    memset(&s0, 0, sizeof s0);
-    memset(&s1, 0, sizeof s1);
-    tpu_engine_stats(srv->engine, &s0);
-    if (tpu_model_run(m->model, b, in, out) != TPU_OK) break;
-    tpu_engine_stats(srv->engine, &s1);
-    m->bucket_macs[b] = s1.macs - s0.macs;
-    m->bucket_cycles[b] = s1.sim_cycles - s0.sim_cycles;
-    m->bucket_slots[b] = s1.sim_macs_slots - s0.sim_macs_slots;
-    m->nbuckets = b + 1;
-  }
-  free(in);
-  free(out);
+  for (size_t b = 0; b < nb; b++)
+    tpu_model_bucket_cost(m->model, b, &m->bucket_macs[b], &m->bucket_cycles[b],
+                          &m->bucket_slots[b]);
+  m->nbuckets = nb;
 }
 
 static void set_names(tpu__model_t *m, const char *name, uint64_t version) {
@@ -530,7 +637,7 @@ static void set_names(tpu__model_t *m, const char *name, uint64_t version) {
 /* Loads one version into a new serving instance (one reference, on the live list). Returns 0,
  * or -1 with err. Repository thread (or start-up). */
 static int instance_load(tpu__repo_t *r, const char *name, const char *vdir, uint64_t version,
-                         tpu__model_t **out, char *err, size_t errlen) {
+                         tpu__model_t **out, int *transient, char *err, size_t errlen) {
   tpu_server_t *srv = r->srv;
   *out = NULL;
   tpu__model_t *m = calloc(1, sizeof *m);
@@ -542,12 +649,19 @@ static int instance_load(tpu__repo_t *r, const char *name, const char *vdir, uin
   m->repo = r;
   atomic_init(&m->refs, 1);
   uint64_t t0 = tpu_now_us();
-  tpu_status_t st = tpu_model_load(srv->engine, vdir, name, version, &m->model, err, errlen);
+  tpu_model_load_opts_t lo = {.cancel = &r->srv->load_cancel,
+                              .memory_limit = srv->cfg.model_memory_limit,
+                              .batch_copies = 1}; /* the batcher's input and output buffers */
+  tpu_status_t st = tpu_model_load(srv->engine, vdir, name, version, &lo, &m->model, err, errlen);
+  *transient = lo.transient;
   if (st != TPU_OK) {
     if (!err[0]) snprintf(err, errlen, "%s", tpu_strerror(st));
+    if (st == TPU_ERANGE) /* the limit: the figures are in err; say which option */
+      snprintf(err + strlen(err), errlen - strlen(err), " (--model-memory-limit)");
     free(m);
-    return -1;
+    return st == TPU_ECANCELED ? 1 : -1;
   }
+  m->memory_bytes = lo.memory_bytes;
   size_t nb;
   const size_t *buckets = tpu_model_buckets(m->model, &nb);
   m->in_shape[0] = m->out_shape[0] = -1;
@@ -556,7 +670,7 @@ static int instance_load(tpu__repo_t *r, const char *name, const char *vdir, uin
   m->in_spec = (tpu_tensor_spec_t){tpu_model_input_name(m->model), "FP32", m->in_shape, 2};
   m->out_spec = (tpu_tensor_spec_t){tpu_model_output_name(m->model), "FP32", m->out_shape, 2};
   m->vmodel = (tpu_vmodel_t){m->label, &m->in_spec, 1, &m->out_spec, 1};
-  measure_buckets(srv, m, buckets, nb);
+  bucket_costs(m, nb);
   tpu_batcher_config_t bc = {
       .name = m->label,
       .max_batch_size = tpu_model_max_batch_size(m->model),
@@ -580,11 +694,12 @@ static int instance_load(tpu__repo_t *r, const char *name, const char *vdir, uin
   }
   m->state = TPUD__MODEL_STATE__MODEL_STATE_READY;
   const char *sha = tpu_model_sha256(m->model);
-  tpu_log_info("%s: ready in %llu ms (sha256 %.12s.., warm-up %llu us) from %s: input '%s' "
-               "[-1,%lld], output '%s' [-1,%lld], %s, max_batch_size %zu, %zu buckets, "
-               "max_queue_delay_us %u",
+  tpu_log_info("%s: ready in %llu ms (sha256 %.12s.., warm-up %llu us, memory %.1f MiB) from "
+               "%s: input '%s' [-1,%lld], output '%s' [-1,%lld], %s, max_batch_size %zu, "
+               "%zu buckets, max_queue_delay_us %u",
                m->label, (unsigned long long)((tpu_now_us() - t0 + 500) / 1000),
-               sha ? sha : "?", (unsigned long long)tpu_model_warmup_us(m->model), vdir,
+               sha ? sha : "?", (unsigned long long)tpu_model_warmup_us(m->model),
+               (double)m->memory_bytes / (1 << 20), vdir,
                m->in_spec.name, (long long)m->in_shape[1], m->out_spec.name,
                (long long)m->out_shape[1],
                tpu_model_precision_name(tpu_model_precision(m->model)), bc.max_batch_size, nb,
@@ -684,9 +799,14 @@ static void vdir_of(tpu__repo_t *r, const mstate_t *m, const vstate_t *v, char *
   snprintf(buf, len, "%s/%s/%llu", r->srv->cfg.models, m->name, (unsigned long long)v->version);
 }
 
+/* A version not to try (again) in this reconcile: its last load failed on the files it has now
+ * (a transient failure: only once it was tried in this reconcile). */
 static int known_bad(const mstate_t *m, const vstate_t *v) {
-  return !v->inst && v->state == TPUD__MODEL_STATE__MODEL_STATE_FAILED &&
-         v->tried_sig == v->disk_sig && !v->force && !(m->force_all && !v->attempted);
+  if (v->inst || v->state != TPUD__MODEL_STATE__MODEL_STATE_FAILED || v->force ||
+      (m->force_all && !v->attempted))
+    return 0;
+  if (v->transient) return v->attempted;
+  return v->tried_sig == v->disk_sig;
 }
 
 /* Loads (or reloads) v. Publishes LOADING first when v is not serving, then the result. */
@@ -708,23 +828,44 @@ static void load_version(tpu__repo_t *r, mstate_t *m, vstate_t *v) {
                  m->name, (unsigned long long)v->version);
   }
   tpu__model_t *inst = NULL;
-  int rc = instance_load(r, m->name, vdir, v->version, &inst, err, sizeof err);
+  int transient = 0;
+  int rc = instance_load(r, m->name, vdir, v->version, &inst, &transient, err, sizeof err);
+  if (rc == 1) { /* cancelled: the server is stopping; nothing to record against the files */
+    tpu_log_info("model '%s' version %llu: load abandoned (server stopping)", m->name,
+                 (unsigned long long)v->version);
+    if (!reload) {
+      v->state = TPUD__MODEL_STATE__MODEL_STATE_UNAVAILABLE;
+      snprintf(v->reason, sizeof v->reason, "load abandoned: the server is stopping");
+    }
+    publish(r);
+    return;
+  }
+  /* A transient failure (descriptors, memory) says nothing about the files: tried again at the
+   * next reconcile, once per round, and logged once while the reason stays the same. */
+  int again = rc != 0 && transient && v->transient && strstr(v->reason, err) != NULL;
+  v->transient = rc != 0 && transient;
   /* The signature read before the load: files changed during it give a new one next scan. */
-  v->tried_sig = sig;
+  if (!v->transient) v->tried_sig = sig;
   if (rc != 0) {
+    const char *retry = transient ? "will retry at the next scan (descriptors or memory ran out)"
+                                  : "will retry when files change";
     if (reload) {
       snprintf(v->reason, sizeof v->reason,
                "reload failed: %s; still serving the files loaded before", err);
-      tpu_log_error("model '%s' version %llu: reload failed: %s; the previous instance keeps "
-                    "serving; will retry when files change",
-                    m->name, (unsigned long long)v->version, err);
-      tpu__audit_event(r->srv, TPU_AUDIT_KIND_LOAD_FAILED, m->name, v->version, v->reason);
+      if (!again) {
+        tpu_log_error("model '%s' version %llu: reload failed: %s; the previous instance keeps "
+                      "serving; %s",
+                      m->name, (unsigned long long)v->version, err, retry);
+        tpu__audit_event(r->srv, TPU_AUDIT_KIND_LOAD_FAILED, m->name, v->version, v->reason);
+      }
     } else {
       v->state = TPUD__MODEL_STATE__MODEL_STATE_FAILED;
       snprintf(v->reason, sizeof v->reason, "%s", err);
-      tpu_log_error("model '%s' version %llu: load failed: %s; will retry when files change",
-                    m->name, (unsigned long long)v->version, err);
-      tpu__audit_event(r->srv, TPU_AUDIT_KIND_LOAD_FAILED, m->name, v->version, err);
+      if (!again) {
+        tpu_log_error("model '%s' version %llu: load failed: %s; %s", m->name,
+                      (unsigned long long)v->version, err, retry);
+        tpu__audit_event(r->srv, TPU_AUDIT_KIND_LOAD_FAILED, m->name, v->version, err);
+      }
     }
     publish(r);
     return;
@@ -814,7 +955,7 @@ static void reconcile(tpu__repo_t *r, mstate_t *m) {
       if (w && !v->attempted && (!v->inst || v->tried_sig != v->disk_sig || v->force))
         todo = v; /* the highest */
     }
-    if (!todo) break;
+    if (!todo || atomic_load(&r->srv->load_cancel)) break; /* stopping: load nothing more */
     load_version(r, m, todo);
   }
   m->force_all = 0;
@@ -900,8 +1041,25 @@ static vstate_t *add_v(mstate_t *m, uint64_t version) {
   return v;
 }
 
+/* Logs the scan's problems that the previous scan did not have, and keeps the list. */
+static void report_problems(tpu__repo_t *r, tpu_repo_scan_t *s) {
+  for (size_t i = 0; i < s->nproblems; i++) {
+    int known = 0;
+    for (size_t j = 0; j < r->nproblems && !known; j++)
+      known = strcmp(s->problems[i].text, r->problems[j].text) == 0;
+    if (!known) tpu_log_warn("model repository: %s", s->problems[i].text);
+  }
+  free(r->problems);
+  r->problems = s->problems;
+  r->nproblems = s->nproblems;
+  s->problems = NULL;
+  s->nproblems = 0;
+}
+
 /* Updates the repository's view of the disk (no loading). Returns -1 when the root could not
- * be read: the state is then kept as it is (a repository briefly unmounted unloads nothing). */
+ * be read: the state is then kept as it is (a repository briefly unmounted unloads nothing).
+ * Likewise a model or version directory that is there but unreadable keeps its versions'
+ * signatures: only what is gone counts as removed. */
 static int scan_update(tpu__repo_t *r) {
   tpu_repo_scan_t s;
   char err[512];
@@ -911,14 +1069,22 @@ static int scan_update(tpu__repo_t *r) {
     r->root_warned = 1;
     return -1;
   }
+  if (r->root_warned) tpu_log_info("model repository %s: readable again", r->srv->cfg.models);
   r->root_warned = 0;
+  report_problems(r, &s);
   for (size_t i = 0; i < r->nm; i++)
-    for (size_t j = 0; j < r->m[i].nv; j++) r->m[i].v[j].disk_sig = 0;
+    for (size_t j = 0; j < r->m[i].nv; j++) r->m[i].v[j].seen = 0;
   for (size_t i = 0; i < s.n; i++) {
     tpu_repo_mscan_t *ms = &s.m[i];
     mstate_t *m = find_m(r, ms->name);
+    if (ms->err) { /* unreadable: whatever we knew of it stands */
+      for (size_t j = 0; m && j < m->nv; j++) m->v[j].seen = 1;
+      continue;
+    }
     if (!m && !(m = add_m(r, ms->name))) break;
-    if (ms->policy_sig != m->policy_sig) {
+    if (ms->policy_unread) {
+      /* keep the policy in force and its signature: re-read when it can be */
+    } else if (ms->policy_sig != m->policy_sig) {
       char pol[128];
       if (ms->policy_ok) {
         m->policy = ms->policy;
@@ -936,10 +1102,18 @@ static int scan_update(tpu__repo_t *r) {
     }
     for (size_t j = 0; j < ms->nv; j++) {
       vstate_t *v = find_v(m, ms->v[j].version);
+      if (ms->v[j].err) { /* unreadable: a known version stands, a new one waits */
+        if (v) v->seen = 1;
+        continue;
+      }
       if (!v && !(v = add_v(m, ms->v[j].version))) break;
       v->disk_sig = ms->v[j].sig;
+      v->seen = 1;
     }
   }
+  for (size_t i = 0; i < r->nm; i++)
+    for (size_t j = 0; j < r->m[i].nv; j++)
+      if (!r->m[i].v[j].seen) r->m[i].v[j].disk_sig = 0; /* gone from disk */
   tpu_repo_scan_free(&s);
   return 0;
 }
@@ -984,6 +1158,11 @@ static void do_op(tpu__repo_t *r, tpu__call_t *call) {
              "repository", op->name, (unsigned long long)op->version);
     goto done;
   }
+  if (op->load && atomic_load(&r->srv->load_cancel)) {
+    call->code = TPU_CODE_UNAVAILABLE;
+    snprintf(call->msg_text, sizeof call->msg_text, "server is shutting down: no model loads");
+    goto done;
+  }
   if (op->load) {
     if (v) {
       v->pinned = 1;
@@ -1003,7 +1182,11 @@ static void do_op(tpu__repo_t *r, tpu__call_t *call) {
     m = find_m(r, op->name);
     v = m && op->version ? find_v(m, op->version) : NULL;
     serving_versions(m, op);
-    if (op->version ? !(v && v->inst) : op->nversions == 0) {
+    if (atomic_load(&r->srv->load_cancel) && (op->version ? !(v && v->inst) : !op->nversions)) {
+      call->code = TPU_CODE_UNAVAILABLE;
+      snprintf(call->msg_text, sizeof call->msg_text,
+               "server is shutting down: the load of model '%s' was abandoned", op->name);
+    } else if (op->version ? !(v && v->inst) : op->nversions == 0) {
       call->code = TPU_CODE_FAILED_PRECONDITION;
       const vstate_t *bad = v;
       for (size_t i = 0; !bad && m && i < m->nv; i++)
@@ -1132,7 +1315,7 @@ int tpu__repo_create(tpu_server_t *srv, tpu__repo_t **out, char *err, size_t err
   else
     tpu_log_info("model repository %s: rescanning on SIGHUP (polling disabled)",
                  srv->cfg.models);
-  if (pthread_create(&r->thread, NULL, repo_main, r) != 0) {
+  if (tpu_thread_create(&r->thread, repo_main, r) != 0) {
     snprintf(err, errlen, "cannot start the repository thread: %s", strerror(errno));
     goto fail;
   }
@@ -1170,8 +1353,14 @@ int tpu__repo_submit(tpu__repo_t *r, tpu__call_t *call) {
   return 0;
 }
 
+void tpu__repo_cancel_loads(tpu__repo_t *r) {
+  if (r) atomic_store(&r->srv->load_cancel, 1);
+}
+
+
 void tpu__repo_stop(tpu__repo_t *r, int abort) {
   if (!r) return;
+  atomic_store(&r->srv->load_cancel, 1); /* a load in progress stops at its next check */
   pthread_mutex_lock(&r->mu);
   r->stopping = 1;
   pthread_cond_broadcast(&r->cv);
@@ -1218,6 +1407,7 @@ void tpu__repo_free(tpu__repo_t *r) {
   /* Instances still referenced (a caller leaked a reference) are freed regardless. */
   while (r->live) instance_free(r, r->live);
   if (r->srv && r->srv->repo == r) r->srv->repo = NULL;
+  free(r->problems);
   pthread_cond_destroy(&r->cv);
   pthread_mutex_destroy(&r->mu);
   free(r);

@@ -17,7 +17,15 @@
  * Change detection: a version's signature hashes the name, inode, size, mtime and ctime of
  * every entry of its directory. A failed version is retried when the signature changes; a ready
  * version whose signature changes is loaded again as a new instance and swapped in (the old
- * one keeps serving if the new load fails).
+ * one keeps serving if the new load fails). A load that failed for want of descriptors or
+ * memory (tpu_file_transient) is retried at every scan, files changed or not.
+ *
+ * What cannot be read is never taken as removed: only a directory that is gone (ENOENT) retires
+ * its versions. A model or version directory that exists but cannot be read (permissions,
+ * descriptors exhausted, I/O errors) keeps its versions as they are, serving or not; a new one
+ * is not loaded until it can be read. Each such problem, and each directory skipped for its
+ * name (model names are 1-128 bytes of [A-Za-z0-9._-]), is logged once when it appears (names
+ * escaped), and again only if it goes away and comes back.
  *
  * Threads: one repository thread scans (at start-up, on SIGHUP, every --poll-seconds, and
  * before a ModelLoad), loads (tpu_model_load: SHA-256 check, plans, warm-up of every bucket),
@@ -88,35 +96,55 @@ size_t tpu_repo_policy_select(const tpu_repo_policy_t *p, const uint64_t *cands,
  * digits. Returns 0 or -1. */
 int tpu_repo_parse_version(const char *s, uint64_t *out);
 
-/* Signature of a version directory's files (see DESIGN); 0 when the directory cannot be read.
- * Any change to an entry (added, removed, renamed over, rewritten, touched) changes it. */
-uint64_t tpu_repo_dir_sig(const char *dir);
+/* Whether `name` is a valid model name: 1 to TPU_REPO_MAX_NAME bytes of [A-Za-z0-9._-], not
+ * starting with '.' (hidden entries are ignored without a word). */
+int tpu_repo_valid_name(const char *name);
+
+/* Signature of a version directory's files (see DESIGN) into *sig (never 0). Returns 0, or the
+ * errno that kept the directory or one of its entries from being read: ENOENT/ENOTDIR when it
+ * is gone, anything else (EACCES, EMFILE, EIO, ...) when it is there but unreadable. Any change
+ * to an entry (added, removed, renamed over, rewritten, touched) changes the signature. */
+int tpu_repo_dir_sig(const char *dir, uint64_t *sig);
 
 #define TPU_REPO_MAX_NAME 128 /* bytes of a model name, NUL excluded */
 
 typedef struct {
   uint64_t version;
-  uint64_t sig; /* tpu_repo_dir_sig of its directory, never 0 */
+  uint64_t sig; /* tpu_repo_dir_sig of its directory, never 0; unset when err */
+  int err;      /* 0, or why the version directory could not be read (never ENOENT) */
 } tpu_repo_vscan_t;
 
 typedef struct {
   char name[TPU_REPO_MAX_NAME + 1];
+  int err;             /* 0, or why the model directory could not be read: nothing below is
+                        * known, and nothing about it may be taken as removed */
   tpu_repo_vscan_t *v; /* ascending by version */
   size_t nv;
   uint64_t policy_sig; /* 0: no policy.json; else changes whenever the file does */
   int policy_ok;       /* policy.json present and valid: `policy` holds it */
+  int policy_unread;   /* policy.json may be there but could not be read: keep the current one */
   tpu_repo_policy_t policy;
   char policy_err[256]; /* policy.json present and invalid: why */
 } tpu_repo_mscan_t;
 
+/* Something the scan could not read or refused, in words for a log line (names escaped). */
+typedef struct {
+  char text[400];
+} tpu_repo_problem_t;
+
 typedef struct {
   tpu_repo_mscan_t *m; /* ascending by name */
   size_t n;
+  tpu_repo_problem_t *problems; /* unreadable entries, refused names; in listing order */
+  size_t nproblems;
 } tpu_repo_scan_t;
 
-/* Lists root: every directory that holds at least one version directory is a model (so files
- * and helper directories at the top are ignored). Returns 0, or -1 with err when root cannot be
- * read (out is then empty). Free with tpu_repo_scan_free. */
+/* Lists root: every directory with a valid name (tpu_repo_valid_name) that holds at least one
+ * version directory is a model (so files and helper directories at the top are ignored), and
+ * so is one that could not be read (err set: it may be a model). Directories with other names
+ * are skipped and listed in `problems`, as are entries that could not be read. Returns 0, or -1
+ * with err when root itself cannot be listed whole (out is then empty: the caller keeps what it
+ * knew). Free with tpu_repo_scan_free. */
 int tpu_repo_scan(const char *root, tpu_repo_scan_t *out, char *err, size_t errlen);
 void tpu_repo_scan_free(tpu_repo_scan_t *s);
 
@@ -150,6 +178,12 @@ typedef struct tpu__repo_op {
  * repository thread. Returns 0, or -1 with err on out of memory or a thread that won't start.
  * An unreadable repository is not an error: it is logged and rescanned later. */
 int tpu__repo_create(struct tpu_server *srv, tpu__repo_t **out, char *err, size_t errlen);
+
+/* Abandons model loads from now on (SIGTERM: the server is draining): a load in progress stops
+ * at its next check (within a few milliseconds, or one warm-up run) and no new one starts;
+ * ModelLoad calls then fail. The flag is srv->load_cancel, which a signal handler may also set
+ * directly (during the start-up loads, before this handle exists). Accepts NULL. */
+void tpu__repo_cancel_loads(tpu__repo_t *r);
 
 /* Asks for a rescan now (SIGHUP); returns at once. Any thread. */
 void tpu__repo_rescan(tpu__repo_t *r);

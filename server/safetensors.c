@@ -7,9 +7,12 @@
  * tensor on its own (fields, dtype, shape, byte count), then the tensors together (sorted by
  * offset they must tile the data section exactly). Every check that fails writes one message
  * naming the file and, where there is one, the tensor. Nothing here allocates after open, and
- * nothing here ever writes to the mapping (it is PROT_READ).
+ * nothing here ever writes to the file's bytes once they are read.
  */
 #include "safetensors.h"
+
+#include "file.h"
+#include "log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,14 +23,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 struct tpu_safetensors {
   const uint8_t *base;      /* the whole file */
   size_t len;               /* its size in bytes */
-  int mapped;               /* base is an mmap to undo at close */
+  int owned;                /* base is our buffer (tpu_file_read) to free at close */
   tpu_st_tensor_t *tensors; /* in data-offset order */
   size_t ntensors;
   const tpu_st_tensor_t **by_name; /* the same tensors sorted by name, for bsearch */
@@ -72,23 +74,10 @@ static tpu_status_t fail(char *err, size_t errlen, tpu_status_t status, const ch
   return status;
 }
 
-/* Names come from the file: quote them safely for a log line (control bytes escaped, long names
- * cut) so a crafted name cannot forge log lines. out holds at least 100 bytes. */
+/* Names come from the file: quoted safely for a message (tpu_log_escape) so a crafted name
+ * cannot forge log lines. out holds at least 100 bytes. */
 static const char *safe_name(char *out, size_t outlen, const char *s) {
-  size_t o = 0;
-  for (; *s && o + 8 < outlen; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c < 0x20 || c == 0x7f || c == '\\' || c == '\'')
-      o += (size_t)snprintf(out + o, outlen - o, "\\x%02x", c);
-    else
-      out[o++] = (char)c;
-  }
-  if (*s) {
-    memcpy(out + o, "...", 3);
-    o += 3;
-  }
-  out[o] = '\0';
-  return out;
+  return tpu_log_escape(out, outlen, s);
 }
 
 static const char *fmt_shape(char *out, size_t outlen, const uint64_t *shape, size_t ndim) {
@@ -421,7 +410,7 @@ void tpu_safetensors_close(tpu_safetensors_t *st) {
   free(st->tensors);
   free(st->dims);
   free(st->by_name);
-  if (st->mapped) munmap((void *)st->base, st->len);
+  if (st->owned) free((void *)st->base);
   free(st);
 }
 
@@ -449,60 +438,30 @@ tpu_status_t tpu_safetensors_parse(const void *buf, size_t len, const char *name
   return parse_into(st, name, out, err, errlen);
 }
 
-/* Maps `path` read-only into a fresh handle (no validation yet). */
-static tpu_status_t map_file(const char *path, tpu_safetensors_t **out, char *err, size_t errlen) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(err, errlen, TPU_EINVAL, path, "cannot open: %s", strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0) {
-    int e = errno;
-    close(fd);
-    return fail(err, errlen, TPU_EINVAL, path, "cannot stat: %s", strerror(e));
+/* Reads `path` into a fresh handle that owns the bytes (no validation yet). */
+static tpu_status_t read_file(const char *path, const tpu_st_read_opts_t *o,
+                              tpu_safetensors_t **out, char *err, size_t errlen) {
+  void *buf;
+  size_t len;
+  int e = tpu_file_read(path, o ? o->max_bytes : 0, o ? o->cancel : NULL, &buf, &len, NULL, err,
+                        errlen);
+  if (o && o->sys_errno) *o->sys_errno = e;
+  if (e) {
+    if (e == ECANCELED) return TPU_ECANCELED;
+    if (e == ENOMEM) return TPU_ENOMEM;
+    return TPU_EINVAL; /* the message says why */
   }
-  if (!S_ISREG(sb.st_mode)) {
-    close(fd);
-    return fail(err, errlen, TPU_EINVAL, path, "not a regular file");
-  }
-  if ((uint64_t)sb.st_size > SIZE_MAX) {
-    close(fd);
-    return fail(err, errlen, TPU_EOVERFLOW, path, "file of %lld bytes exceeds the address space",
-                (long long)sb.st_size);
-  }
-  size_t len = (size_t)sb.st_size;
-  if (len == 0) { /* mmap cannot map 0 bytes; an empty handle lets validate() word the error */
-    close(fd);
-    tpu_safetensors_t *st = calloc(1, sizeof *st);
-    if (!st) return fail(err, errlen, TPU_ENOMEM, path, "out of memory");
-    static const uint8_t none[1];
-    st->base = none;
-    *out = st;
-    return TPU_OK;
-  }
-  void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-  int e = errno;
-  close(fd); /* the mapping keeps the file */
-  if (map == MAP_FAILED) return fail(err, errlen, TPU_ENOMEM, path, "cannot mmap: %s", strerror(e));
   tpu_safetensors_t *st = calloc(1, sizeof *st);
   if (!st) {
-    munmap(map, len);
+    free(buf);
+    if (o && o->sys_errno) *o->sys_errno = ENOMEM;
     return fail(err, errlen, TPU_ENOMEM, path, "out of memory");
   }
-  st->base = map;
+  st->base = buf;
   st->len = len;
-  st->mapped = 1;
+  st->owned = 1;
   *out = st;
   return TPU_OK;
-}
-
-tpu_status_t tpu_safetensors_open(const char *path, tpu_safetensors_t **out, char *err,
-                                  size_t errlen) {
-  if (err && errlen) err[0] = '\0';
-  if (!out || !path) return fail(err, errlen, TPU_EINVAL, path ? path : "(null)", "invalid argument");
-  *out = NULL;
-  tpu_safetensors_t *st;
-  tpu_status_t rc = map_file(path, &st, err, errlen);
-  if (rc != TPU_OK) return rc;
-  return parse_into(st, path, out, err, errlen);
 }
 
 static int is_hex64(const char *s) {
@@ -514,19 +473,26 @@ static int is_hex64(const char *s) {
   return i == 64;
 }
 
-tpu_status_t tpu_safetensors_open_verified(const char *path, const char *sha256_hex,
-                                           tpu_safetensors_t **out, char *err, size_t errlen) {
+static tpu_status_t digest(const tpu_safetensors_t *st, const atomic_int *cancel, char hex[65]);
+
+tpu_status_t tpu_safetensors_load(const char *path, const char *sha256_hex,
+                                  const tpu_st_read_opts_t *opts, tpu_safetensors_t **out,
+                                  char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
+  if (opts && opts->sys_errno) *opts->sys_errno = 0;
   if (!out || !path) return fail(err, errlen, TPU_EINVAL, path ? path : "(null)", "invalid argument");
   *out = NULL;
-  if (!sha256_hex || !is_hex64(sha256_hex))
+  if (sha256_hex && !is_hex64(sha256_hex))
     return fail(err, errlen, TPU_EINVAL, path, "expected SHA-256 must be 64 hex digits");
-  tpu_safetensors_t *st;
-  tpu_status_t rc = map_file(path, &st, err, errlen);
+  tpu_safetensors_t *st = NULL;
+  tpu_status_t rc = read_file(path, opts, &st, err, errlen);
   if (rc != TPU_OK) return rc;
+  if (!sha256_hex) return parse_into(st, path, out, err, errlen);
+  /* The digest is of the private copy that is parsed next: what was verified is what is used. */
   char got[65];
-  if ((rc = tpu_safetensors_sha256(st, got)) != TPU_OK) {
+  if ((rc = digest(st, opts ? opts->cancel : NULL, got)) != TPU_OK) {
     tpu_safetensors_close(st);
+    if (rc == TPU_ECANCELED) return fail(err, errlen, rc, path, "cancelled while hashing");
     return fail(err, errlen, rc, path, "SHA-256 failed (OpenSSL EVP)");
   }
   if (strncasecmp(got, sha256_hex, 64) != 0) {
@@ -544,14 +510,33 @@ tpu_status_t tpu_safetensors_open_verified(const char *path, const char *sha256_
   return parse_into(st, path, out, err, errlen);
 }
 
-tpu_status_t tpu_safetensors_sha256(const tpu_safetensors_t *st, char hex[65]) {
-  if (!st || !hex) return TPU_EINVAL;
+tpu_status_t tpu_safetensors_open(const char *path, tpu_safetensors_t **out, char *err,
+                                  size_t errlen) {
+  return tpu_safetensors_load(path, NULL, NULL, out, err, errlen);
+}
+
+tpu_status_t tpu_safetensors_open_verified(const char *path, const char *sha256_hex,
+                                           tpu_safetensors_t **out, char *err, size_t errlen) {
+  if (!sha256_hex) {
+    if (err && errlen) err[0] = '\0';
+    if (out) *out = NULL;
+    return fail(err, errlen, TPU_EINVAL, path ? path : "(null)",
+                "expected SHA-256 must be 64 hex digits");
+  }
+  return tpu_safetensors_load(path, sha256_hex, NULL, out, err, errlen);
+}
+
+static tpu_status_t digest(const tpu_safetensors_t *st, const atomic_int *cancel, char hex[65]) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int mdlen = 0;
   EVP_MD_CTX *ctx = EVP_MD_CTX_new();
   int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-  /* Streamed in 1 MiB pieces: pages are faulted in as the digest reaches them. */
+  /* In 1 MiB pieces, so a cancel (shutdown) is seen within a millisecond or so. */
   for (size_t at = 0; ok && at < st->len;) {
+    if (cancel && atomic_load(cancel)) {
+      EVP_MD_CTX_free(ctx);
+      return TPU_ECANCELED;
+    }
     size_t n = st->len - at < (1u << 20) ? st->len - at : (1u << 20);
     ok = EVP_DigestUpdate(ctx, st->base + at, n);
     at += n;
@@ -566,6 +551,11 @@ tpu_status_t tpu_safetensors_sha256(const tpu_safetensors_t *st, char hex[65]) {
   }
   hex[64] = '\0';
   return TPU_OK;
+}
+
+tpu_status_t tpu_safetensors_sha256(const tpu_safetensors_t *st, char hex[65]) {
+  if (!st || !hex) return TPU_EINVAL;
+  return digest(st, NULL, hex);
 }
 
 const tpu_st_tensor_t *tpu_safetensors_find(const tpu_safetensors_t *st, const char *name) {

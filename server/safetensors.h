@@ -27,22 +27,23 @@
  * The order of entries in the JSON does not matter (writers order them freely); only the byte
  * ranges must tile the data section.
  *
- * Files are mapped read-only (mmap, MAP_PRIVATE) and tensors are exposed as pointers into the map:
- * nothing is copied. Two consequences for users:
+ * Files are read whole into a private buffer (file.h: O_NONBLOCK, regular files only, never
+ * mmap) and tensors are exposed as pointers into it: nothing is copied after the read. So:
  *   - data pointers have no alignment guarantee (a tensor may start at any byte of the file):
  *     read elements with memcpy (or unaligned loads), never by casting to float * and
  *     dereferencing;
- *   - a file truncated by another process while it is mapped raises SIGBUS on access. The model
- *     loader copies the weights out (packs them) and closes the file during load; operators must
- *     install new checkpoints by writing new files (new version directories), never by rewriting
- *     a file in place.
- *
+ *   - another process truncating or rewriting the file while it is read gives a clear error
+ *     ("changed while it was being read"), never SIGBUS; and once read, the bytes the SHA-256
+ *     was computed over are exactly the bytes that are parsed and used, whatever happens to the
+ *     file afterwards. The price is one copy of the checkpoint in memory while a model loads
+ *     (the model loader counts it against its memory limit and frees it when packed).
  * This module never writes files and owns no threads. A tpu_safetensors_t is immutable after
  * open and may be read by any number of threads.
  */
 #ifndef TPU_SAFETENSORS_H
 #define TPU_SAFETENSORS_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -106,17 +107,31 @@ typedef struct {
 
 typedef struct tpu_safetensors tpu_safetensors_t;
 
-/* Maps the file at `path` read-only and validates it as above. On success *out owns the mapping
- * and TPU_OK is returned; on failure *out is NULL, a message prefixed with `path` is written to
- * err (errlen bytes, always NUL-terminated when errlen > 0; err may be NULL) and the status is
- * TPU_EINVAL (malformed or unreadable file), TPU_EOVERFLOW (sizes beyond the address space) or
- * TPU_ENOMEM. */
+/* How tpu_safetensors_load reads the file. */
+typedef struct {
+  size_t max_bytes;          /* refuse larger files before reading them (0: no bound) */
+  const atomic_int *cancel;  /* NULL, or checked while reading and hashing: TPU_ECANCELED */
+  int *sys_errno;            /* NULL, or receives the errno of a failed open/read (0 if none),
+                              * so callers can retry transient ones (tpu_file_transient) */
+} tpu_st_read_opts_t;
+
+/* Reads the file at `path` (see DESIGN), then, when sha256_hex is not NULL, computes the
+ * SHA-256 of the bytes read (OpenSSL EVP) and refuses the file, before parsing it, unless it
+ * equals sha256_hex (64 hex digits, either case; the message on mismatch shows both digests);
+ * then validates it as above. opts may be NULL. On success *out owns the bytes and TPU_OK is
+ * returned; on failure *out is NULL, a message prefixed with `path` is written to err (errlen
+ * bytes, always NUL-terminated when errlen > 0; err may be NULL) and the status is TPU_EINVAL
+ * (malformed, unreadable or mismatched file), TPU_EOVERFLOW (sizes beyond the address space),
+ * TPU_ENOMEM or TPU_ECANCELED. */
+tpu_status_t tpu_safetensors_load(const char *path, const char *sha256_hex,
+                                  const tpu_st_read_opts_t *opts, tpu_safetensors_t **out,
+                                  char *err, size_t errlen);
+
+/* tpu_safetensors_load without a digest and without options. */
 tpu_status_t tpu_safetensors_open(const char *path, tpu_safetensors_t **out, char *err,
                                   size_t errlen);
 
-/* As tpu_safetensors_open, but first computes the SHA-256 of the whole file (OpenSSL EVP,
- * streamed over the mapping) and refuses the file, before parsing it, unless the digest equals
- * `sha256_hex` (64 hex digits, either case). The message on mismatch shows both digests. */
+/* tpu_safetensors_load with a required digest and without options. */
 tpu_status_t tpu_safetensors_open_verified(const char *path, const char *sha256_hex,
                                            tpu_safetensors_t **out, char *err, size_t errlen);
 
@@ -126,7 +141,7 @@ tpu_status_t tpu_safetensors_open_verified(const char *path, const char *sha256_
 tpu_status_t tpu_safetensors_parse(const void *buf, size_t len, const char *name,
                                    tpu_safetensors_t **out, char *err, size_t errlen);
 
-/* Unmaps and frees; accepts NULL. Tensor descriptors and data pointers die with it. */
+/* Frees the bytes and the handle; accepts NULL. Tensor descriptors and data pointers die with it. */
 void tpu_safetensors_close(tpu_safetensors_t *st);
 
 /* The tensor called `name`, or NULL when there is none ("__metadata__" is never a tensor). */
@@ -138,10 +153,10 @@ const tpu_st_tensor_t *tpu_safetensors_tensor(const tpu_safetensors_t *st, size_
 /* The value of "__metadata__"[key], or NULL when absent. */
 const char *tpu_safetensors_metadata(const tpu_safetensors_t *st, const char *key);
 
-/* The whole file (header included) as mapped, and its size in bytes. */
+/* The whole file (header included) as read, and its size in bytes. */
 const void *tpu_safetensors_bytes(const tpu_safetensors_t *st, size_t *len);
 
-/* Computes the SHA-256 of the whole file (OpenSSL EVP, streamed over the mapping) into 65 bytes:
+/* Computes the SHA-256 of the whole file (OpenSSL EVP, over the bytes read) into 65 bytes:
  * 64 lower-case hex digits and a NUL. Returns TPU_OK, or TPU_ENOMEM when EVP fails. */
 tpu_status_t tpu_safetensors_sha256(const tpu_safetensors_t *st, char hex[65]);
 

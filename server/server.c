@@ -127,6 +127,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
     return;
   }
   atomic_store(&srv->draining, 1);
+  tpu__repo_cancel_loads(srv->repo); /* a load in progress is abandoned, not waited for */
   if (srv->listener) evconnlistener_disable(srv->listener);
   tpu__io_drain(srv);
   srv->drain_deadline_us = tpu_now_us() + (uint64_t)srv->cfg.drain_timeout_s * 1000000u;
@@ -179,6 +180,19 @@ static int bind_listener(tpu_server_t *srv, char *err, size_t errlen) {
 
 /* ---- lifecycle ---- */
 
+/* SIGTERM/SIGINT while the models load at start-up, before the event loop owns the signals:
+ * abandon the loads (their next check sees the flag) and stop once the loop runs. Only atomic
+ * stores: async-signal-safe. */
+static tpu_server_t *_Atomic starting;
+
+static void on_startup_signal(int sig) {
+  (void)sig;
+  tpu_server_t *srv = atomic_load(&starting);
+  if (!srv) return;
+  atomic_store(&srv->load_cancel, 1);
+  atomic_store(&srv->stop_at_start, 1);
+}
+
 int tpu_server_create(const tpu_config_t *cfg, tpu_engine_t *engine, tpu_server_t **out,
                       char *err, size_t errlen) {
   *out = NULL;
@@ -209,7 +223,29 @@ int tpu_server_create(const tpu_config_t *cfg, tpu_engine_t *engine, tpu_server_
   /* The audit log first (its writer inherits the signal mask), so model loads are recorded. */
   if (tpu__audit_start(srv, err, errlen) != 0) goto out;
   if (tpu__auth_start(srv, err, errlen) != 0) goto out; /* TLS contexts and tokens */
-  if (tpu__repo_create(srv, &srv->repo, err, errlen) != 0) goto out; /* loads the models */
+  /* The start-up loads may take long: a stop then abandons them (on_startup_signal) instead of
+   * waiting. Only this thread takes the signals meanwhile (threads start with all blocked,
+   * thread.h), and only until the event loop's handlers replace this one. */
+  struct sigaction sa, old_term, old_int;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_startup_signal;
+  sigemptyset(&sa.sa_mask);
+  atomic_store(&starting, srv);
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGINT, &sa, &old_int);
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
+  int repo_rc = tpu__repo_create(srv, &srv->repo, err, errlen); /* loads the models */
+  pthread_sigmask(SIG_BLOCK, &stop, NULL);
+  if (repo_rc != 0) {
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGINT, &old_int, NULL);
+    atomic_store(&starting, NULL);
+    goto out;
+  }
   if (tpu__mmpool_create(srv, cfg->threads, &srv->pool) != 0) {
     snprintf(err, errlen, "cannot start %u compute threads", cfg->threads);
     goto out;
@@ -231,8 +267,16 @@ int tpu_server_create(const tpu_config_t *cfg, tpu_engine_t *engine, tpu_server_
     snprintf(err, errlen, "cannot install signal handlers");
     goto out;
   }
+  atomic_store(&starting, NULL); /* libevent's handlers own SIGTERM and SIGINT from here */
+  if (atomic_load(&srv->stop_at_start)) {
+    /* Stopped while loading: the signal was taken by on_startup_signal; send it again, now to
+     * the loop (pending until the mask is restored below), so tpu_server_run drains at once. */
+    tpu_log_info("a stop was requested during start-up: model loads were abandoned; stopping");
+    raise(SIGTERM);
+  }
   rc = 0;
 out:
+  atomic_store(&starting, NULL);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc != 0) {
     tpu_server_free(srv);

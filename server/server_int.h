@@ -87,6 +87,7 @@ typedef struct tpu__model {
   tpu_tensor_spec_t in_spec, out_spec;
   tpu_vmodel_t vmodel;
   char label[200];    /* "model 'digits' version 1" */
+  uint64_t memory_bytes; /* what the instance holds: model and batcher (tpu_model_load_opts_t) */
   /* Engine work of one call per bucket (measured at load), added to stats per batch. */
   size_t nbuckets;
   uint64_t bucket_macs[TPU_MODEL_MAX_BUCKETS], bucket_cycles[TPU_MODEL_MAX_BUCKETS],
@@ -183,6 +184,9 @@ struct tpu_server {
   struct event *sig_term, *sig_int, *sig_usr1, *sig_hup, *drain_timer;
   unsigned port;
   atomic_int draining;
+  atomic_int load_cancel;    /* set by SIGTERM/SIGINT (also during the start-up loads): model
+                              * loads stop at their next check (repository.h) */
+  atomic_int stop_at_start;  /* a signal asked to stop during start-up: drain at once */
   _Atomic uint64_t inflight; /* calls handed to compute and not yet completed */
   uint64_t drain_deadline_us;
   _Atomic uint64_t next_conn_serial;

@@ -12,6 +12,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tpu_internal.h"
 
@@ -86,6 +87,69 @@ static int add_bytes(size_t *total, size_t count, size_t size) {
   return __builtin_add_overflow(*total, b, total) ? -1 : 0;
 }
 
+/* What a plan allocates, in bytes per buffer (0: none); the one place that sizes them, for
+ * tpu_plan_create and tpu_plan_memory alike. */
+typedef struct {
+  size_t bias, a_conv, a_scales, y, ws_stride, ws;
+  unsigned nparts;
+} plan_sizes_t;
+
+static tpu_status_t plan_sizes(const tpu_engine_t *e, const tpu__dtype_kernels_t *kern,
+                               tpu_dtype_t compute, size_t m, size_t k, size_t n,
+                               tpu_dtype_t a_dtype, const tpu_epilogue_t *ep, uint64_t macs,
+                               plan_sizes_t *z) {
+  memset(z, 0, sizeof *z);
+  z->nparts = e->pool && macs >= TPU__PAR_MIN_MACS ? tpu__pool_threads(e->pool) : 1;
+  if (ep->bias && add_bytes(&z->bias, n, sizeof(float))) return TPU_EOVERFLOW;
+  if (a_dtype != compute) {
+    if (add_bytes(&z->a_conv, m * k, tpu_dtype_size(compute))) return TPU_EOVERFLOW;
+    if (compute == TPU_DTYPE_INT8 && add_bytes(&z->a_scales, m, sizeof(float)))
+      return TPU_EOVERFLOW;
+  }
+  if (ep->act == TPU_ACT_SOFTMAX && ep->out_dtype != TPU_DTYPE_FP32 &&
+      add_bytes(&z->y, m * n, sizeof(float)))
+    return TPU_EOVERFLOW;
+  size_t ws = kern->ws_size ? kern->ws_size(k) : 0;
+  if (ws && (add_bytes(&z->ws_stride, ws, 1) || add_bytes(&z->ws, z->nparts, z->ws_stride)))
+    return TPU_EOVERFLOW;
+  return TPU_OK;
+}
+
+tpu_status_t tpu_plan_memory(const tpu_engine_t *engine, tpu_dtype_t compute, size_t k,
+                             size_t n, size_t m, tpu_dtype_t a_dtype, const tpu_epilogue_t *ep,
+                             size_t *bytes) {
+  static const tpu_epilogue_t plain = {.bias = NULL, .act = TPU_ACT_NONE,
+                                       .out_dtype = TPU_DTYPE_FP32, .out_scale = 0.0f};
+  if (!engine || !bytes) return TPU_EINVAL;
+  if (compute != TPU_DTYPE_FP32 && compute != TPU_DTYPE_BF16 && compute != TPU_DTYPE_INT8)
+    return TPU_EDTYPE;
+  if (!ep) ep = &plain;
+  tpu_status_t st = tpu__check_dims(m, k, n);
+  if (st != TPU_OK) return st;
+  uint64_t macs, cycles, slots;
+  if ((st = model_cost(engine, m, k, n, &macs, &cycles, &slots)) != TPU_OK) return st;
+  plan_sizes_t z;
+  st = plan_sizes(engine, &engine->ks->dt[compute], compute, m, k, n, a_dtype, ep, macs, &z);
+  if (st != TPU_OK) return st;
+  size_t total = sizeof(tpu_plan_t);
+  if (__builtin_add_overflow(total, z.bias, &total) ||
+      __builtin_add_overflow(total, z.a_conv, &total) ||
+      __builtin_add_overflow(total, z.a_scales, &total) ||
+      __builtin_add_overflow(total, z.y, &total) || __builtin_add_overflow(total, z.ws, &total))
+    return TPU_EOVERFLOW;
+  *bytes = total;
+  return TPU_OK;
+}
+
+tpu_status_t tpu_plan_cost(const tpu_plan_t *plan, uint64_t *macs, uint64_t *cycles,
+                           uint64_t *slots) {
+  if (!plan) return TPU_EINVAL;
+  if (macs) *macs = plan->stats.macs;
+  if (cycles) *cycles = plan->stats.cycles;
+  if (slots) *slots = plan->stats.slots;
+  return TPU_OK;
+}
+
 tpu_status_t tpu_plan_create(tpu_engine_t *engine, const tpu_weights_t *w, size_t m,
                              tpu_dtype_t a_dtype, const tpu_epilogue_t *ep, tpu_plan_t **out) {
   static const tpu_epilogue_t plain = {.bias = NULL, .act = TPU_ACT_NONE,
@@ -121,37 +185,24 @@ tpu_status_t tpu_plan_create(tpu_engine_t *engine, const tpu_weights_t *w, size_
   p->stats.macs = macs;
   p->stats.cycles = cycles;
   p->stats.slots = slots;
-  p->nparts = engine->pool && macs >= TPU__PAR_MIN_MACS ? tpu__pool_threads(engine->pool) : 1;
+  plan_sizes_t z;
+  st = plan_sizes(engine, w->kern, w->compute, m, k, n, a_dtype, ep, macs, &z);
+  if (st != TPU_OK) goto fail;
+  p->nparts = z.nparts;
   size_t mr = p->kern->mr ? p->kern->mr : 1;
   p->split_rows = (m + mr - 1) / mr >= p->nparts;
 
   st = TPU_ENOMEM;
-  if (ep->bias) {
-    p->bias = malloc(n * sizeof *p->bias);
+  if (z.bias) {
+    p->bias = malloc(z.bias);
     if (!p->bias) goto fail;
     for (size_t j = 0; j < n; j++) p->bias[j] = ep->bias[j];
   }
-  if (a_dtype != w->compute) {
-    p->a_conv = tpu__aligned_alloc(m * k * tpu_dtype_size(w->compute));
-    if (!p->a_conv) goto fail;
-    if (w->compute == TPU_DTYPE_INT8) {
-      p->a_scales = malloc(m * sizeof *p->a_scales);
-      if (!p->a_scales) goto fail;
-    }
-  }
-  if (ep->act == TPU_ACT_SOFTMAX && ep->out_dtype != TPU_DTYPE_FP32) {
-    p->y = tpu__aligned_alloc(m * n * sizeof *p->y);
-    if (!p->y) goto fail;
-  }
-  size_t ws = p->kern->ws_size ? p->kern->ws_size(k) : 0, total = 0;
-  if (ws) {
-    if (add_bytes(&p->ws_stride, ws, 1) || add_bytes(&total, p->nparts, p->ws_stride)) {
-      st = TPU_EOVERFLOW;
-      goto fail;
-    }
-    p->ws = tpu__aligned_alloc(total);
-    if (!p->ws) goto fail;
-  }
+  if (z.a_conv && !(p->a_conv = tpu__aligned_alloc(z.a_conv))) goto fail;
+  if (z.a_scales && !(p->a_scales = malloc(z.a_scales))) goto fail;
+  if (z.y && !(p->y = tpu__aligned_alloc(z.y))) goto fail;
+  p->ws_stride = z.ws_stride;
+  if (z.ws && !(p->ws = tpu__aligned_alloc(z.ws))) goto fail;
 
   p->args = (tpu__gemm_args_t){
       .m = m,

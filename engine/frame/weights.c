@@ -138,6 +138,29 @@ fail:
   return st;
 }
 
+tpu_status_t tpu_weights_memory(const tpu_engine_t *engine, tpu_dtype_t compute,
+                                tpu_dtype_t src_dtype, size_t k, size_t n, size_t *held,
+                                size_t *transient) {
+  if (!engine || !held || !transient || k == 0 || n == 0) return TPU_EINVAL;
+  if (compute != TPU_DTYPE_FP32 && compute != TPU_DTYPE_BF16 && compute != TPU_DTYPE_INT8)
+    return TPU_EDTYPE;
+  size_t kn, packed = engine->ks->dt[compute].packed_size(k, n), h = sizeof(tpu_weights_t),
+             t = 0;
+  if (packed == 0 || __builtin_mul_overflow(k, n, &kn) || kn > SIZE_MAX / 8) return TPU_EOVERFLOW;
+  h += packed;
+  if (compute == TPU_DTYPE_INT8) h += n * sizeof(float); /* per-channel scales */
+  /* The conversion buffers of tpu__weights_pack, freed before it returns. */
+  if (compute == TPU_DTYPE_INT8 && src_dtype != TPU_DTYPE_INT8)
+    t = kn + kn * sizeof(float); /* quantized copy, and the gathered float rows */
+  else if (compute == TPU_DTYPE_BF16 && src_dtype == TPU_DTYPE_FP32)
+    t = kn * sizeof(uint16_t);
+  else if (compute == TPU_DTYPE_FP32 && src_dtype == TPU_DTYPE_BF16)
+    t = kn * sizeof(float);
+  *held = h;
+  *transient = t;
+  return TPU_OK;
+}
+
 tpu_status_t tpu_weights_pack(tpu_engine_t *engine, const tpu_weights_desc_t *desc,
                               tpu_weights_t **out) {
   return tpu__weights_pack(engine, desc, 0, out);

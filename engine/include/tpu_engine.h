@@ -38,7 +38,8 @@ extern "C" {
   X(EDTYPE, "unsupported or mismatched data type")                                 \
   X(ESHAPE, "shapes do not match")                                                 \
   X(ENOTSUP, "not supported by this engine or CPU")                                \
-  X(ERANGE, "value out of range")
+  X(ERANGE, "value out of range")                                                  \
+  X(ECANCELED, "cancelled before it finished") /* a load abandoned at shutdown */
 
 typedef enum {
 #define TPU__STATUS_ENUM(name, msg) TPU_##name,
@@ -156,6 +157,13 @@ typedef struct tpu_weights tpu_weights_t;
  * INT8 compute from a float source quantizes symmetrically per output channel. */
 tpu_status_t tpu_weights_pack(tpu_engine_t *engine, const tpu_weights_desc_t *desc,
                               tpu_weights_t **out);
+/* Memory tpu_weights_pack would take for k×n weights computed in `compute` from `src_dtype`,
+ * before packing anything: *held receives the bytes the packed weights keep (layout padding,
+ * scales), *transient the conversion buffers it needs while packing. For sizing a model before
+ * loading it. TPU_EINVAL, TPU_EDTYPE or TPU_EOVERFLOW as tpu_weights_pack would return. */
+tpu_status_t tpu_weights_memory(const tpu_engine_t *engine, tpu_dtype_t compute,
+                                tpu_dtype_t src_dtype, size_t k, size_t n, size_t *held,
+                                size_t *transient);
 /* Frees packed weights; accepts NULL. Plans using them must be freed first. */
 void tpu_weights_free(tpu_weights_t *w);
 size_t tpu_weights_k(const tpu_weights_t *w);
@@ -187,6 +195,19 @@ tpu_status_t tpu_plan_create(tpu_engine_t *engine, const tpu_weights_t *w, size_
                              tpu_dtype_t a_dtype, const tpu_epilogue_t *ep, tpu_plan_t **out);
 void tpu_plan_free(tpu_plan_t *plan);
 size_t tpu_plan_m(const tpu_plan_t *plan);
+
+/* Bytes tpu_plan_create would allocate for an M-row plan against k×n weights computed in
+ * `compute` (bias copy, input conversion, softmax rows, per-thread workspaces), into *bytes;
+ * the same sizes the plan is then made with. For sizing a model before loading it: of ep, only
+ * whether it has a bias, its activation and its output dtype matter (ep->bias is not read). */
+tpu_status_t tpu_plan_memory(const tpu_engine_t *engine, tpu_dtype_t compute, size_t k,
+                             size_t n, size_t m, tpu_dtype_t a_dtype, const tpu_epilogue_t *ep,
+                             size_t *bytes);
+
+/* What one run of the plan adds to the engine's statistics (tpu_engine_stats): useful MACs,
+ * simulated systolic cycles and MAC slots. Any pointer may be NULL. */
+tpu_status_t tpu_plan_cost(const tpu_plan_t *plan, uint64_t *macs, uint64_t *cycles,
+                           uint64_t *slots);
 
 /* Runs the plan: a is [M][K] of the plan's a_dtype; a_scales holds M per-row scales when a is
  * INT8 (ignored otherwise); c is [M][N] of the epilogue's out_dtype. Allocates nothing. */

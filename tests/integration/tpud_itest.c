@@ -605,7 +605,7 @@ int main(int argc, char **argv) {
   tpu_engine_t *engine;
   char err[512];
   if (tpu_engine_create(NULL, &engine) != TPU_OK ||
-      tpu_model_load(engine, argv[2], "digits", 1, &ref, err, sizeof err) != TPU_OK) {
+      tpu_model_load(engine, argv[2], "digits", 1, NULL, &ref, err, sizeof err) != TPU_OK) {
     fprintf(stderr, "reference model: %s\n", err);
     return 2;
   }

@@ -207,7 +207,7 @@ static tpu_engine_t *engine(void) {
 static tpu_model_t *load_ok(const char *dir) {
   char err[1024];
   tpu_model_t *m = NULL;
-  tpu_status_t rc = tpu_model_load(engine(), dir, "t", 1, &m, err, sizeof err);
+  tpu_status_t rc = tpu_model_load(engine(), dir, "t", 1, NULL, &m, err, sizeof err);
   if (rc != TPU_OK) fprintf(stderr, "\n  load failed: %s\n", err);
   CU_ASSERT_EQUAL(rc, TPU_OK);
   return m;
@@ -217,7 +217,7 @@ static tpu_model_t *load_ok(const char *dir) {
 static void load_bad(const char *dir, const char *want) {
   char err[1024] = "";
   tpu_model_t *m = (tpu_model_t *)1;
-  CU_ASSERT_NOT_EQUAL(tpu_model_load(engine(), dir, "t", 1, &m, err, sizeof err), TPU_OK);
+  CU_ASSERT_NOT_EQUAL(tpu_model_load(engine(), dir, "t", 1, NULL, &m, err, sizeof err), TPU_OK);
   CU_ASSERT_PTR_NULL(m);
   if (!strstr(err, want)) {
     fprintf(stderr, "\n  expected \"%s\" in \"%s\"\n", want, err);
@@ -319,7 +319,7 @@ static void test_run_and_metadata(void) {
   write_config(dir, K, N, l, 2, "fp32", "[2, 4, 8]", sha);
   char err[512];
   tpu_model_t *m = NULL;
-  CU_ASSERT_EQUAL_FATAL(tpu_model_load(engine(), dir, "mlp", 7, &m, err, sizeof err), TPU_OK);
+  CU_ASSERT_EQUAL_FATAL(tpu_model_load(engine(), dir, "mlp", 7, NULL, &m, err, sizeof err), TPU_OK);
 
   CU_ASSERT_STRING_EQUAL(tpu_model_name(m), "mlp");
   CU_ASSERT_EQUAL(tpu_model_version(m), 7);
@@ -370,9 +370,9 @@ static void test_run_and_metadata(void) {
   CU_ASSERT_PTR_NULL(tpu_model_name(NULL));
   CU_ASSERT_EQUAL(tpu_model_bucket_index(NULL, 1), -1);
 
-  CU_ASSERT_EQUAL(tpu_model_load(NULL, dir, "mlp", 1, &m, err, sizeof err), TPU_EINVAL);
-  CU_ASSERT_EQUAL(tpu_model_load(engine(), NULL, "mlp", 1, &m, err, sizeof err), TPU_EINVAL);
-  CU_ASSERT_EQUAL(tpu_model_load(engine(), dir, "mlp", 1, NULL, err, sizeof err), TPU_EINVAL);
+  CU_ASSERT_EQUAL(tpu_model_load(NULL, dir, "mlp", 1, NULL, &m, err, sizeof err), TPU_EINVAL);
+  CU_ASSERT_EQUAL(tpu_model_load(engine(), NULL, "mlp", 1, NULL, &m, err, sizeof err), TPU_EINVAL);
+  CU_ASSERT_EQUAL(tpu_model_load(engine(), dir, "mlp", 1, NULL, NULL, err, sizeof err), TPU_EINVAL);
   rm_tmpdir(dir);
 }
 
@@ -671,7 +671,7 @@ static size_t digits_agreement(const char *precision, double *max_diff) {
 
   char err[1024];
   tpu_model_t *m = NULL;
-  tpu_status_t rc = tpu_model_load(engine(), load_dir, "digits", 1, &m, err, sizeof err);
+  tpu_status_t rc = tpu_model_load(engine(), load_dir, "digits", 1, NULL, &m, err, sizeof err);
   if (rc != TPU_OK) fprintf(stderr, "\n  %s\n", err);
   CU_ASSERT_EQUAL_FATAL(rc, TPU_OK);
   CU_ASSERT_STRING_EQUAL(tpu_model_input_name(m), "x");

@@ -4,9 +4,12 @@
  * The threads, the table and hot swapping are tested against the real daemon by
  * tests/integration/test_repository.sh.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -142,10 +145,14 @@ static void mkd(const char *rel) {
   CU_ASSERT_EQUAL_FATAL(mkdir(path, 0755), 0);
 }
 
+static int sig_err; /* the errno of the last sig() that failed */
+
 static uint64_t sig(const char *rel) {
   char path[512];
+  uint64_t h = 0;
   snprintf(path, sizeof path, "%s/%s", tmp_root, rel);
-  return tpu_repo_dir_sig(path);
+  sig_err = tpu_repo_dir_sig(path, &h);
+  return sig_err ? 0 : h;
 }
 
 static void set_mtime(const char *rel, time_t t) {
@@ -180,7 +187,11 @@ static void test_dir_sig(void) {
   snprintf(b, sizeof b, "%s/v/model.safetensors", tmp_root);
   CU_ASSERT_EQUAL(rename(a, b), 0);
   CU_ASSERT_NOT_EQUAL(sig("v"), s4);
-  CU_ASSERT_EQUAL(sig("missing"), 0);          /* unreadable */
+  CU_ASSERT_EQUAL(sig("missing"), 0);          /* gone */
+  CU_ASSERT_EQUAL(sig_err, ENOENT);
+  put("afile", "x");
+  CU_ASSERT_EQUAL(sig("afile"), 0);            /* not a directory: gone as a version */
+  CU_ASSERT_EQUAL(sig_err, ENOTDIR);
   rm_tmp();
 }
 
@@ -238,6 +249,129 @@ static void test_scan(void) {
   CU_ASSERT_EQUAL(s.n, 0);
 }
 
+
+static void test_valid_name(void) {
+  CU_ASSERT_TRUE(tpu_repo_valid_name("digits"));
+  CU_ASSERT_TRUE(tpu_repo_valid_name("fraud-v2.onnx_model"));
+  CU_ASSERT_TRUE(tpu_repo_valid_name("A"));
+  char longest[TPU_REPO_MAX_NAME + 2];
+  memset(longest, 'a', sizeof longest);
+  longest[TPU_REPO_MAX_NAME] = '\0';
+  CU_ASSERT_TRUE(tpu_repo_valid_name(longest));
+  longest[TPU_REPO_MAX_NAME] = 'a';
+  longest[TPU_REPO_MAX_NAME + 1] = '\0';
+  CU_ASSERT_FALSE(tpu_repo_valid_name(longest)); /* 129 bytes */
+  CU_ASSERT_FALSE(tpu_repo_valid_name(""));
+  CU_ASSERT_FALSE(tpu_repo_valid_name(NULL));
+  CU_ASSERT_FALSE(tpu_repo_valid_name(".hidden"));
+  CU_ASSERT_FALSE(tpu_repo_valid_name("new\nline"));
+  CU_ASSERT_FALSE(tpu_repo_valid_name("sp ace"));
+  CU_ASSERT_FALSE(tpu_repo_valid_name("caf\xc3\xa9"));   /* valid UTF-8, outside the set */
+  CU_ASSERT_FALSE(tpu_repo_valid_name("bad\xff"));       /* invalid UTF-8 */
+  CU_ASSERT_FALSE(tpu_repo_valid_name("a/b"));
+  CU_ASSERT_FALSE(tpu_repo_valid_name("quo\"te"));
+}
+
+static int has_problem(const tpu_repo_scan_t *s, const char *needle) {
+  for (size_t i = 0; i < s->nproblems; i++)
+    if (strstr(s->problems[i].text, needle)) return 1;
+  return 0;
+}
+
+/* Directories with names outside [A-Za-z0-9._-] are skipped and reported, escaped; files at
+ * the top are still ignored without a word; a FIFO as policy.json does not block the scan. */
+static void test_scan_names(void) {
+  mk_tmp();
+  mkd("good");
+  mkd("good/1");
+  mkd("bad\nname");
+  mkd("bad\nname/1");
+  mkd("caf\xc3\xa9");
+  mkd("caf\xc3\xa9/1");
+  put("notes with spaces.txt", "a file: ignored");
+  char fifo[512];
+  snprintf(fifo, sizeof fifo, "%s/good/policy.json", tmp_root);
+  CU_ASSERT_EQUAL_FATAL(mkfifo(fifo, 0644), 0);
+  tpu_repo_scan_t s;
+  char err[256];
+  CU_ASSERT_EQUAL_FATAL(tpu_repo_scan(tmp_root, &s, err, sizeof err), 0);
+  CU_ASSERT_EQUAL_FATAL(s.n, 1);
+  CU_ASSERT_STRING_EQUAL(s.m[0].name, "good");
+  CU_ASSERT_EQUAL(s.m[0].policy_ok, 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(s.m[0].policy_err, "FIFO"));
+  CU_ASSERT_EQUAL(s.nproblems, 2);
+  CU_ASSERT_TRUE(has_problem(&s, "directory 'bad\\x0aname' skipped"));
+  CU_ASSERT_TRUE(has_problem(&s, "directory 'caf\\xc3\\xa9' skipped"));
+  CU_ASSERT_FALSE(has_problem(&s, "notes"));
+  for (size_t i = 0; i < s.nproblems; i++) CU_ASSERT_PTR_NULL(strchr(s.problems[i].text, '\n'));
+  tpu_repo_scan_free(&s);
+  rm_tmp();
+}
+
+/* Regression (fd exhaustion unloaded every model): with descriptors exhausted, a model
+ * directory that cannot be opened is reported as unreadable (err EMFILE), never left out (which
+ * the repository read as "removed"); a version directory likewise. */
+static void test_scan_unreadable(void) {
+  mk_tmp();
+  mkd("m");
+  mkd("m/1");
+  mkd("m/2");
+  put("m/2/model.json", "{}");
+  /* Use up every descriptor but one: opendir(root) takes it, the model's opendir fails. */
+  int fds[65536], n = 0;
+  struct rlimit old, low;
+  CU_ASSERT_EQUAL_FATAL(getrlimit(RLIMIT_NOFILE, &old), 0);
+  low = old;
+  low.rlim_cur = 256; /* keep the loop short */
+  CU_ASSERT_EQUAL_FATAL(setrlimit(RLIMIT_NOFILE, &low), 0);
+  while (n < 65536) {
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) break;
+    fds[n++] = fd;
+  }
+  CU_ASSERT_FATAL(n > 2);
+  close(fds[--n]);
+  tpu_repo_scan_t s;
+  char err[256];
+  int rc = tpu_repo_scan(tmp_root, &s, err, sizeof err);
+  CU_ASSERT_EQUAL(rc, 0);
+  if (rc == 0) {
+    CU_ASSERT_EQUAL(s.n, 1);
+    if (s.n == 1) {
+      CU_ASSERT_STRING_EQUAL(s.m[0].name, "m");
+      CU_ASSERT_EQUAL(s.m[0].err, EMFILE);
+      CU_ASSERT_EQUAL(s.m[0].nv, 0);
+    }
+    CU_ASSERT_TRUE(has_problem(&s, "model 'm': its directory cannot be read"));
+    tpu_repo_scan_free(&s);
+  }
+  /* Two free: the model directory opens, its versions' directories do not. */
+  close(fds[--n]);
+  rc = tpu_repo_scan(tmp_root, &s, err, sizeof err);
+  CU_ASSERT_EQUAL(rc, 0);
+  if (rc == 0 && s.n == 1) {
+    CU_ASSERT_EQUAL(s.m[0].err, 0);
+    CU_ASSERT_EQUAL(s.m[0].nv, 2);
+    for (size_t i = 0; i < s.m[0].nv; i++) CU_ASSERT_EQUAL(s.m[0].v[i].err, EMFILE);
+    CU_ASSERT_TRUE(has_problem(&s, "model 'm' version 1: its directory cannot be read"));
+  }
+  if (rc == 0) tpu_repo_scan_free(&s);
+  /* None free: the root itself: -1, the caller keeps what it knew. */
+  int extra[4], ne = 0;
+  while (ne < 4 && (extra[ne] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) ne++;
+  CU_ASSERT_EQUAL(tpu_repo_scan(tmp_root, &s, err, sizeof err), -1);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "Too many open files"));
+  while (ne > 0) close(extra[--ne]);
+  while (n > 0) close(fds[--n]);
+  CU_ASSERT_EQUAL(setrlimit(RLIMIT_NOFILE, &old), 0);
+  /* Without descriptor trouble the same tree scans whole. */
+  CU_ASSERT_EQUAL_FATAL(tpu_repo_scan(tmp_root, &s, err, sizeof err), 0);
+  CU_ASSERT_EQUAL(s.nproblems, 0);
+  CU_ASSERT_EQUAL(s.n == 1 ? s.m[0].nv : 0, 2);
+  tpu_repo_scan_free(&s);
+  rm_tmp();
+}
+
 TPU_TEST_SUITE(repository,
                {"policy_parse", test_policy_parse},
                {"policy_parse_errors", test_policy_parse_errors},
@@ -245,4 +379,7 @@ TPU_TEST_SUITE(repository,
                {"policy_format", test_policy_format},
                {"parse_version", test_parse_version},
                {"dir_sig", test_dir_sig},
-               {"scan", test_scan})
+               {"scan", test_scan},
+               {"valid_name", test_valid_name},
+               {"scan_names", test_scan_names},
+               {"scan_unreadable", test_scan_unreadable})
