@@ -496,6 +496,7 @@ static void do_debug_models(tpu_server_t *srv, hslot_t *req, uint64_t t0) {
     for (size_t k = 0; k < nb; k++) json_array_append_new(bj, json_integer((json_int_t)buckets[k]));
     json_object_set_new(o, "precision",
                         json_string(tpu_model_precision_name(tpu_model_precision(m->model))));
+    json_object_set_new(o, "memory_bytes", json_integer((json_int_t)m->memory_bytes));
     json_object_set_new(o, "input", tensor_meta(&m->in_spec));
     json_object_set_new(o, "output", tensor_meta(&m->out_spec));
     json_object_set_new(o, "batching",

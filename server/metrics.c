@@ -190,6 +190,7 @@ static uint64_t m_padding(tpu__model_t *m) { return get(&m->stats.padding_rows);
 static uint64_t m_macs(tpu__model_t *m) { return get(&m->stats.macs); }
 static uint64_t m_cycles(tpu__model_t *m) { return get(&m->stats.sim_cycles); }
 static uint64_t m_queue(tpu__model_t *m) { return m->batcher ? tpu_batcher_queued_rows(m->batcher) : 0; }
+static uint64_t m_memory(tpu__model_t *m) { return m->memory_bytes; }
 
 static void model_family(tpu_mbuf_t *b, tpu__models_t *t, const char *name, const char *type,
                          const char *help, model_u64_fn fn) {
@@ -300,6 +301,9 @@ void tpu__metrics_render(tpu_server_t *srv, tpu_mbuf_t *b) {
                "zero rows added to fill batches up to a bucket", m_padding);
   model_family(b, t, "tpud_model_queue_rows", "gauge", "rows queued in the batcher now",
                m_queue);
+  model_family(b, t, "tpud_model_memory_bytes", "gauge",
+               "memory the version holds: packed weights, plans, scratch, batcher buffers",
+               m_memory);
   model_family(b, t, "tpud_model_macs_total", "counter",
                "multiply-accumulates of the model's engine calls (padded buckets)", m_macs);
   model_family(b, t, "tpud_model_systolic_cycles_total", "counter",

@@ -420,6 +420,9 @@ void tpu_model_free(tpu_model_t *m) {
   free(m);
 }
 
+static tpu_status_t run_layers(tpu_model_t *m, size_t bucket_index, const float *in, float *out,
+                               const tpu_model_load_opts_t *o);
+
 tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *name,
                             uint64_t version, tpu_model_load_opts_t *o, tpu_model_t **out,
                             char *err, size_t errlen) {
@@ -545,11 +548,11 @@ tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *n
   uint64_t tw = now_us();
   memset(m->pad_in, 0, maxb * cfg->input_width * sizeof(float));
   for (size_t b = 0; b < cfg->nbuckets; b++) {
-    if (cancelled(o)) {
-      rc = fail(err, errlen, TPU_ECANCELED, dir, "load cancelled during warm-up");
+    if ((rc = run_layers(m, b, m->pad_in, m->pad_out, o)) == TPU_ECANCELED) {
+      rc = fail(err, errlen, rc, dir, "load cancelled during warm-up");
       goto fail;
     }
-    if ((rc = tpu_model_run(m, b, m->pad_in, m->pad_out)) != TPU_OK) {
+    if (rc != TPU_OK) {
       rc = fail(err, errlen, rc, dir, "warm-up run of bucket %zu failed: %s", cfg->buckets[b],
                 tpu_strerror(rc));
       goto fail;
@@ -575,16 +578,24 @@ int tpu_model_bucket_index(const tpu_model_t *m, size_t rows) {
   return -1;
 }
 
-tpu_status_t tpu_model_run(tpu_model_t *m, size_t bucket_index, const float *in, float *out) {
-  if (!m || !in || !out || bucket_index >= m->cfg->nbuckets) return TPU_EINVAL;
+/* The layer chain on one padded batch; with a load's options, the cancel flag is checked
+ * before each layer (warm-up runs of a large model take a while). */
+static tpu_status_t run_layers(tpu_model_t *m, size_t bucket_index, const float *in, float *out,
+                               const tpu_model_load_opts_t *o) {
   const float *x = in;
   for (size_t i = 0; i < m->nlayers; i++) {
+    if (cancelled(o)) return TPU_ECANCELED;
     float *y = i + 1 == m->nlayers ? out : m->act[i & 1];
     tpu_status_t rc = tpu_plan_run(m->layers[i].plans[bucket_index], x, NULL, y);
     if (rc != TPU_OK) return rc;
     x = y;
   }
   return TPU_OK;
+}
+
+tpu_status_t tpu_model_run(tpu_model_t *m, size_t bucket_index, const float *in, float *out) {
+  if (!m || !in || !out || bucket_index >= m->cfg->nbuckets) return TPU_EINVAL;
+  return run_layers(m, bucket_index, in, out, NULL);
 }
 
 tpu_status_t tpu_model_infer(tpu_model_t *m, size_t rows, const float *in, float *out) {
