@@ -64,6 +64,10 @@ static const opt_t options[] = {
      "requests", "stop reading a connection with more requests than this in flight"},
     {"max-unsent-bytes", OPT_U64, OFF(max_unsent_bytes), 0, 1024, (uint64_t)1 << 34, "16777216",
      "bytes", "stop reading a connection with more unsent output than this (16 MiB)"},
+    {"max-buffered-bytes", OPT_U64, OFF(max_buffered_bytes), 0, 1u << 20, (uint64_t)1 << 40,
+     "268435456", "bytes",
+     "answers unsent or being computed, all connections together; above it new MatMul and "
+     "infer calls get RESOURCE_EXHAUSTED (HTTP 503) (256 MiB)"},
     {"grpc-max-streams", OPT_UINT, OFF(grpc_max_streams), 0, 1, 100000, "100", "streams",
      "gRPC (HTTP/2) on the native port: concurrent streams a connection may open"},
     {"grpc-max-header-bytes", OPT_UINT, OFF(grpc_max_header_bytes), 0, 1024, 1u << 20, "16384",
@@ -113,6 +117,7 @@ static const opt_t options[] = {
      "least severe level written to stderr"},
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
+_Static_assert(NOPTIONS <= 64, "tpu_config_t.given has one bit per option");
 
 void tpu_config_defaults(tpu_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -131,6 +136,7 @@ void tpu_config_defaults(tpu_config_t *cfg) {
   cfg->max_message_bytes = 64u << 20;
   cfg->max_inflight_per_conn = 128;
   cfg->max_unsent_bytes = 16u << 20;
+  cfg->max_buffered_bytes = 256u << 20;
   cfg->grpc_max_streams = 100;
   cfg->grpc_max_header_bytes = 16384;
   cfg->queue_rows = 4096;
@@ -162,8 +168,13 @@ static const opt_t *find_opt(const char *name, size_t len) {
   return NULL;
 }
 
+int tpu_config_given(const tpu_config_t *cfg, const char *name) {
+  const opt_t *o = find_opt(name, strlen(name));
+  return o && (cfg->given >> (o - options) & 1);
+}
+
 /* Stores `value` (text) into the option; -1 with err on a bad value. */
-static int set_value(tpu_config_t *cfg, const opt_t *o, const char *value, const char *src,
+static int store_value(tpu_config_t *cfg, const opt_t *o, const char *value, const char *src,
                      char *err, size_t errlen) {
   char *field = (char *)cfg + o->offset;
   switch (o->type) {
@@ -224,6 +235,14 @@ static int set_value(tpu_config_t *cfg, const opt_t *o, const char *value, const
   }
   }
   return -1;
+}
+
+/* store_value, and records that the option was given (tpu_config_given). */
+static int set_value(tpu_config_t *cfg, const opt_t *o, const char *value, const char *src,
+                     char *err, size_t errlen) {
+  if (store_value(cfg, o, value, src, err, errlen) != 0) return -1;
+  cfg->given |= (uint64_t)1 << (o - options);
+  return 0;
 }
 
 int tpu_config_apply_json(tpu_config_t *cfg, const char *text, const char *what, char *err,

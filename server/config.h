@@ -33,6 +33,7 @@ typedef struct {
   uint64_t max_message_bytes;  /* bytes: largest frame accepted or sent */
   unsigned max_inflight_per_conn; /* requests; reading pauses above this */
   uint64_t max_unsent_bytes;   /* bytes of unsent output per connection; reading pauses above */
+  uint64_t max_buffered_bytes; /* bytes of answers unsent or reserved, all connections together */
   unsigned grpc_max_streams;   /* gRPC/HTTP2: SETTINGS_MAX_CONCURRENT_STREAMS */
   unsigned grpc_max_header_bytes; /* gRPC/HTTP2: largest request header list (RFC 7541 size) */
   unsigned queue_rows;         /* rows queued per model version before RESOURCE_EXHAUSTED */
@@ -58,6 +59,7 @@ typedef struct {
   int auth_open_health;        /* 1: health endpoints need no credentials */
   int auth_open_metrics;       /* 1: /metrics needs no credentials */
   tpu_log_level_t log_level;
+  uint64_t given;              /* which options a flag or the file set (tpu_config_given) */
 } tpu_config_t;
 
 /* Fills every option with its default (threads = number of online CPUs). */
@@ -85,6 +87,10 @@ int tpu_config_apply_json(tpu_config_t *cfg, const char *json, const char *what,
  * GET /v2/debug/config. The caller json_decref()s it; NULL when out of memory. */
 struct json_t;
 struct json_t *tpu_config_to_json(const tpu_config_t *cfg);
+
+/* Whether option `name` (e.g. "max-connections") was set by a flag or the config file rather
+ * than left at its default. */
+int tpu_config_given(const tpu_config_t *cfg, const char *name);
 
 /* Writes the --help text: every option with its default and unit. */
 void tpu_config_usage(FILE *out);

@@ -108,6 +108,7 @@ static void stream_free(tpu__h2_t *h, h2_stream_t *s) {
   if (s->next) s->next->prev = s->prev;
   h->body_bytes -= s->cap;
   h->pending_out -= s->out_len - s->out_off;
+  tpu_stats_sub(&tpu_stats.buffered_bytes, s->out_len - s->out_off); /* max-buffered-bytes */
   free(s->body);
   free(s->out);
   free(s->authz);
@@ -431,6 +432,7 @@ static ssize_t read_answer(nghttp2_session *session, int32_t stream_id, uint8_t 
   memcpy(buf, s->out + s->out_off, n);
   s->out_off += n;
   h->pending_out -= n;
+  tpu_stats_sub(&tpu_stats.buffered_bytes, n); /* now in the connection's output (counted) */
   if (s->out_off == s->out_len) {
     *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
     nghttp2_nv trailers[] = {NV("grpc-status", "0")};
@@ -561,6 +563,7 @@ void tpu__grpc_send(tpu__conn_t *conn, const tpu_envelope_response_t *resp) {
       s->out_len = TPU_FRAME_HEADER_SIZE + len;
       s->out_off = 0;
       h->pending_out += s->out_len;
+      tpu_stats_inc(&tpu_stats.buffered_bytes, s->out_len); /* max-buffered-bytes (io.c) */
       s->state = S_ANSWERED;
       nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
                           NV("grpc-accept-encoding", "identity")};

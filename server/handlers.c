@@ -211,7 +211,7 @@ static void send_infer_response(tpu__conn_t *conn, uint64_t id, tpu__model_t *m,
 /* Input datatypes the HTTP endpoint converts to the model's FP32 are handled in http.c; here
  * (both protocols) the request must already be what the model takes. */
 int tpu__infer_submit(tpu__io_t *io, const char *client, Inference__ModelInferRequest *q,
-                      uint64_t received_us, uint64_t timeout_us, tpu__call_t **out,
+                      int http, uint64_t received_us, uint64_t timeout_us, tpu__call_t **out,
                       tpu__model_t **model_out, char *msg, size_t msglen) {
   tpu_server_t *srv = io->srv;
   *out = NULL;
@@ -255,15 +255,27 @@ int tpu__infer_submit(tpu__io_t *io, const char *client, Inference__ModelInferRe
     code = TPU_CODE_RESOURCE_EXHAUSTED;
     goto free_q;
   }
+  /* The answer's share of --max-buffered-bytes, reserved before anything is allocated: the
+   * output tensor (HTTP: as JSON text, at most 16 bytes a number) and the names echoed. */
+  size_t budget = 0;
+  if (res.rows) {
+    budget = out_floats * (http ? 16 : sizeof(float)) + 512 + (q->id ? strlen(q->id) : 0);
+    if (tpu__budget_reserve(srv, budget, msg, msglen) != 0) {
+      code = TPU_CODE_RESOURCE_EXHAUSTED;
+      goto free_q;
+    }
+  }
   tpu__call_t *call = calloc(1, sizeof *call);
   float *outbuf = res.rows ? malloc(out_floats * sizeof(float)) : NULL;
   if (!call || (res.rows && !outbuf)) {
     free(call);
     free(outbuf);
+    if (budget) tpu_stats_sub(&tpu_stats.buffered_bytes, budget);
     snprintf(msg, msglen, "out of memory");
     code = TPU_CODE_RESOURCE_EXHAUSTED;
     goto free_q;
   }
+  call->budget = budget; /* given back by tpu__call_free, whatever becomes of the call */
   call->io = io;
   call->method = TPUD__METHOD__MODEL_INFER;
   call->received_us = received_us;
@@ -315,8 +327,8 @@ static void do_infer(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t rec
   char msg[512];
   tpu__call_t *call;
   tpu__model_t *m;
-  int code = tpu__infer_submit(conn->io, conn->who, q, received_us, env->timeout_us, &call, &m,
-                               msg, sizeof msg);
+  int code = tpu__infer_submit(conn->io, conn->who, q, 0, received_us, env->timeout_us, &call,
+                               &m, msg, sizeof msg);
   if (code != TPU_CODE_OK) {
     reply_error(conn, env->id, code, msg, m);
     tpu__model_release(m);
@@ -410,6 +422,52 @@ static void send_load_unload_response(tpu__conn_t *conn, tpu__call_t *call) {
 
 /* ---- MatMul ---- */
 
+/* The response of an [m,k] x [k,n] product; r->c points at *c, whose data is `data` (NULL to
+ * size it only). Everything but compute_us is known before computing. */
+static void matmul_response(tpu_server_t *srv, size_t m, size_t k, size_t n, int dtype,
+                            void *data, uint64_t compute_us, int64_t shape[2], Tpud__Tensor *c,
+                            Tpud__MatMulResponse *r) {
+  tpu_engine_stats_t es;
+  memset(&es, 0, sizeof es);
+  tpu_engine_stats(srv->engine, &es);
+  Tpud__Tensor ct = TPUD__TENSOR__INIT;
+  Tpud__MatMulResponse rt = TPUD__MAT_MUL_RESPONSE__INIT;
+  *c = ct;
+  *r = rt;
+  shape[0] = (int64_t)m;
+  shape[1] = (int64_t)n;
+  c->n_shape = 2;
+  c->shape = shape;
+  c->datatype = dtype == TPU_DTYPE_INT8 ? "INT32" : "FP32";
+  c->data.len = m * n * 4;
+  c->data.data = data;
+  r->c = c;
+  r->systolic_rows = es.systolic_rows;
+  r->systolic_cols = es.systolic_cols;
+  r->systolic_cycles = tpu_systolic_cycles(es.systolic_rows, es.systolic_cols, m, k, n);
+  double slots = (double)r->systolic_cycles * es.systolic_rows * es.systolic_cols;
+  r->systolic_utilization = slots > 0 ? (double)m * k * n / slots : 0.0;
+  r->compute_us = compute_us;
+}
+
+/* The encoded size of a MatMul answer, as max-message-bytes is checked when it is sent
+ * (io.c, grpc.c): the gRPC message (HTTP/2), or the response envelope (framed protocol). The
+ * compute time, not known yet, is counted at its widest encoding, so that an answer admitted
+ * here is never refused after its compute. */
+static size_t matmul_answer_size(tpu__conn_t *conn, uint64_t id, size_t m, size_t k, size_t n,
+                                 int dtype) {
+  int64_t shape[2];
+  Tpud__Tensor c;
+  Tpud__MatMulResponse r;
+  matmul_response(conn->io->srv, m, k, n, dtype, NULL, UINT64_MAX, shape, &c, &r);
+  size_t len = protobuf_c_message_get_packed_size(&r.base);
+  if (conn->h2) return len;
+  tpu_envelope_response_t e = {.id = id, .code = TPU_CODE_OK, .payload_msg = &r.base};
+  size_t frame = 0;
+  tpu_envelope_encode_response(&e, NULL, 0, &frame, NULL); /* sizing only (ENOSPC) */
+  return frame > TPU_FRAME_HEADER_SIZE ? frame - TPU_FRAME_HEADER_SIZE : len;
+}
+
 static void do_matmul(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t received_us,
                       Tpud__MatMulRequest *q) {
   tpu_server_t *srv = conn->io->srv;
@@ -425,12 +483,26 @@ static void do_matmul(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t re
     code = TPU_CODE_UNAVAILABLE;
     snprintf(msg, sizeof msg, "server is shutting down");
   }
+  /* The answer must fit a message (as gRPC says of a message over the limit:
+   * RESOURCE_EXHAUSTED) and the buffered-answer budget, both known before computing. */
+  size_t answer = code == TPU_CODE_OK ? matmul_answer_size(conn, env->id, m, k, n, dtype) : 0;
+  if (code == TPU_CODE_OK && answer > srv->cfg.max_message_bytes) {
+    code = TPU_CODE_RESOURCE_EXHAUSTED;
+    snprintf(msg, sizeof msg, "matmul: the answer for a [%zu,%zu] result would be %zu bytes, "
+             "over max-message-bytes (%llu); not computed", m, n, answer,
+             (unsigned long long)srv->cfg.max_message_bytes);
+  }
+  if (code == TPU_CODE_OK && tpu__budget_reserve(srv, answer, msg, sizeof msg) != 0)
+    code = TPU_CODE_RESOURCE_EXHAUSTED;
   tpu__call_t *call = NULL;
   if (code == TPU_CODE_OK) {
     call = calloc(1, sizeof *call);
     if (!call) {
+      tpu_stats_sub(&tpu_stats.buffered_bytes, answer);
       code = TPU_CODE_RESOURCE_EXHAUSTED;
       snprintf(msg, sizeof msg, "out of memory");
+    } else {
+      call->budget = answer; /* given back by tpu__call_free */
     }
   }
   if (code != TPU_CODE_OK) {
@@ -462,26 +534,11 @@ static void do_matmul(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t re
 }
 
 static void send_matmul_response(tpu__conn_t *conn, tpu__call_t *call) {
-  tpu_server_t *srv = conn->io->srv;
-  tpu_engine_stats_t es;
-  memset(&es, 0, sizeof es);
-  tpu_engine_stats(srv->engine, &es);
-  int64_t shape[2] = {(int64_t)call->m, (int64_t)call->n};
-  Tpud__Tensor c = TPUD__TENSOR__INIT;
-  c.n_shape = 2;
-  c.shape = shape;
-  c.datatype = call->dtype == TPU_DTYPE_INT8 ? "INT32" : "FP32";
-  c.data.len = call->m * call->n * 4;
-  c.data.data = call->c;
-  Tpud__MatMulResponse r = TPUD__MAT_MUL_RESPONSE__INIT;
-  r.c = &c;
-  r.systolic_rows = es.systolic_rows;
-  r.systolic_cols = es.systolic_cols;
-  r.systolic_cycles = tpu_systolic_cycles(es.systolic_rows, es.systolic_cols, call->m, call->k,
-                                          call->n);
-  double slots = (double)r.systolic_cycles * es.systolic_rows * es.systolic_cols;
-  r.systolic_utilization = slots > 0 ? (double)call->m * call->k * call->n / slots : 0.0;
-  r.compute_us = call->compute_us;
+  int64_t shape[2];
+  Tpud__Tensor c;
+  Tpud__MatMulResponse r;
+  matmul_response(conn->io->srv, call->m, call->k, call->n, call->dtype, call->c,
+                  call->compute_us, shape, &c, &r);
   reply(conn, call->id, TPU_CODE_OK, NULL, &r.base, NULL);
 }
 

@@ -49,7 +49,11 @@
  * --auth-open-metrics, /v2/debug/... needs admin, everything else infer.
  *
  * Connections count in the open gauge from accept, where max-connections is enforced: over the
- * limit the client gets a canned 503 and the socket is closed. Errors are {"error": "..."} with
+ * limit the client gets a canned 503 and the socket is closed. An accept that fails for want of
+ * descriptors or memory stops this thread's accept event for a while (tpu__accept_failed, a
+ * timer re-arms it): the connection waits in the backlog instead of the thread spinning on it.
+ * Answers waiting for an earlier slot are held in counted buffers (sock.h): they are part of
+ * what --max-buffered-bytes bounds, and an infer call reserves its JSON answer there first. Errors are {"error": "..."} with
  * 400 bad input, 404 unknown model or path, 405 wrong method, 411/413/431/505 framing, 503 not
  * ready / overloaded / shutting down, 504 deadline.
  */
@@ -115,6 +119,8 @@ struct tpu__http_io {
   tpu__io_t *io;
   int lfd;                 /* this thread's dup of the listening socket; -1 */
   struct event *accept_ev;
+  struct event *retry_ev;  /* re-arms accept_ev after an accept error (tpu__accept_failed) */
+  unsigned backoff_ms;
   int stopping;
   tpu__sockset_t socks;    /* the connections, their timeout sweep and deferred flushes */
   hslot_t *free_slots;
@@ -290,7 +296,7 @@ static void reply(hslot_t *s, int status, const char *ctype, const char *body, s
   if (c->head == s) {
     dst = c->sock.out;
   } else {
-    if (!s->buf) s->buf = evbuffer_new();
+    if (!s->buf) s->buf = tpu__sock_counted_buffer(); /* counts against max-buffered-bytes */
     dst = s->buf;
   }
   if (!dst || evbuffer_add(dst, hdr, (size_t)(p - hdr)) != 0 ||
@@ -342,7 +348,9 @@ static int http_status_of(int code, const char *msg) {
   case TPU_CODE_OUT_OF_RANGE:
   case TPU_CODE_FAILED_PRECONDITION: return 400;
   case TPU_CODE_NOT_FOUND: return 404;
-  case TPU_CODE_RESOURCE_EXHAUSTED: return strstr(msg, "queue full") ? 503 : 413;
+  case TPU_CODE_RESOURCE_EXHAUSTED:
+    return strstr(msg, "queue full") || strncmp(msg, TPU__BUSY, strlen(TPU__BUSY)) == 0 ? 503
+                                                                                       : 413;
   case TPU_CODE_UNAVAILABLE:
   case TPU_CODE_CANCELLED: return 503;
   case TPU_CODE_DEADLINE_EXCEEDED: return 504;
@@ -692,7 +700,7 @@ static void do_infer(tpu__io_t *io, hslot_t *req, const char *name, const char *
   }
   tpu__call_t *call;
   tpu__model_t *m;
-  int code = tpu__infer_submit(io, req->conn->who, q, t0, 0, &call, &m, err, sizeof err);
+  int code = tpu__infer_submit(io, req->conn->who, q, 1, t0, 0, &call, &m, err, sizeof err);
   if (code != TPU_CODE_OK) {
     send_infer_error(req, m, code, err, t0);
     tpu__model_release(m);
@@ -1119,10 +1127,17 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg) {
     memset(&ss, 0, sizeof ss);
     int fd = accept4(lfd, (struct sockaddr *)&ss, &sslen, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EMFILE || errno == ENFILE)
-        tpu_log_warn("http accept: %s", strerror(errno));
-      return; /* EAGAIN: another thread took it, or none left */
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return; /* none left, or another thread's */
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      /* Out of descriptors or memory: the connection stays in the backlog and the socket
+       * readable, so stop polling it for a while instead of spinning on the error. */
+      unsigned ms = tpu__accept_failed(TPU_ACCEPT_HTTP, errno, &h->backoff_ms);
+      struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+      event_del(h->accept_ev);
+      evtimer_add(h->retry_ev, &tv);
+      return;
     }
+    h->backoff_ms = 0;
     tpu_stats_inc(&tpu_stats.http_connections_accepted, 1);
     uint64_t open = tpu_stats_get(&tpu_stats.connections_open) +
                     tpu_stats_get(&tpu_stats.http_connections_open);
@@ -1148,6 +1163,11 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     conn_open(h, fd, &ss);
   }
+}
+
+static void on_accept_retry(evutil_socket_t fd, short what, void *arg) {
+  struct tpu__http_io *h = arg;
+  if (!h->stopping) event_add(h->accept_ev, NULL);
 }
 
 void tpu__http_done(tpu__io_t *io, tpu__call_t *call) {
@@ -1225,7 +1245,8 @@ int tpu__http_io_start(tpu__io_t *io) {
   h->lfd = fcntl(srv->http_fd, F_DUPFD_CLOEXEC, 0);
   if (h->lfd < 0) return -1;
   h->accept_ev = event_new(io->base, h->lfd, EV_READ | EV_PERSIST, on_accept, h);
-  if (!h->accept_ev || event_add(h->accept_ev, NULL) != 0) return -1;
+  h->retry_ev = evtimer_new(io->base, on_accept_retry, h);
+  if (!h->accept_ev || !h->retry_ev || event_add(h->accept_ev, NULL) != 0) return -1;
   return 0;
 }
 
@@ -1234,6 +1255,7 @@ void tpu__http_io_stop(tpu__io_t *io) {
   if (!h || h->stopping) return;
   h->stopping = 1;
   if (h->accept_ev) event_del(h->accept_ev);
+  if (h->retry_ev) event_del(h->retry_ev);
   if (h->lfd >= 0) close(h->lfd);
   h->lfd = -1;
   /* Idle connections close now; the others after their answers are written. */
@@ -1255,12 +1277,13 @@ void tpu__http_io_free(tpu__io_t *io) {
   /* Connections still waiting for calls that never came back (hard stop) are leaked to their
    * calls' owners no longer: nothing references them after the I/O thread is gone. */
   if (h->accept_ev) event_free(h->accept_ev);
+  if (h->retry_ev) event_free(h->retry_ev);
   tpu__sockset_free(&h->socks);
   if (h->lfd >= 0) close(h->lfd);
   while (h->free_slots) {
     hslot_t *s = h->free_slots;
     h->free_slots = s->next;
-    if (s->buf) evbuffer_free(s->buf);
+    tpu__sock_free_buffer(s->buf);
     free(s);
   }
   free(h);

@@ -14,7 +14,11 @@
  *
  * Back-pressure: a connection stops reading when it has max-inflight-per-conn calls in flight or
  * more than max-unsent-bytes of output waiting; it resumes (and parses what is already buffered)
- * when a completion or a write brings it back under both limits. The kernel's socket buffers
+ * when a completion or a write brings it back under both limits. Across connections (both
+ * ports) --max-buffered-bytes bounds the answers held: every output buffer counts its bytes in
+ * tpud_buffered_bytes (sock.c) and every MatMul or infer call reserves its answer there before
+ * it is accepted (tpu__budget_reserve), or is refused RESOURCE_EXHAUSTED; work already accepted
+ * is never dropped, and cheap answers (health, metadata, errors) are not refused. The kernel's socket buffers
  * then push back on the client. Pausing and resuming are the only epoll_ctl calls of a
  * connection besides the write event, which is armed only while the kernel refuses bytes.
  *
@@ -55,8 +59,24 @@ static void conn_close(tpu__conn_t *conn, const char *why);
 
 /* ---- calls ---- */
 
+/* ---- the buffered-answer budget ---- */
+
+int tpu__budget_reserve(tpu_server_t *srv, size_t bytes, char *msg, size_t msglen) {
+  uint64_t limit = srv->cfg.max_buffered_bytes;
+  uint64_t before = atomic_fetch_add_explicit(&tpu_stats.buffered_bytes, bytes,
+                                              memory_order_relaxed);
+  if (before + bytes <= limit) return 0;
+  tpu_stats_sub(&tpu_stats.buffered_bytes, bytes);
+  tpu_stats_inc(&tpu_stats.buffered_refused, 1);
+  snprintf(msg, msglen, TPU__BUSY ": answers not yet sent or still computing hold %llu bytes "
+           "and this one needs %zu more, over max-buffered-bytes (%llu); try again later",
+           (unsigned long long)before, bytes, (unsigned long long)limit);
+  return -1;
+}
+
 void tpu__call_free(tpu__call_t *call) {
   if (!call) return;
+  if (call->budget) tpu_stats_sub(&tpu_stats.buffered_bytes, call->budget);
   if (call->infer) protobuf_c_message_free_unpacked(&call->infer->base, NULL);
   if (call->mm) protobuf_c_message_free_unpacked(&call->mm->base, NULL);
   free(call->out);

@@ -346,6 +346,24 @@ void tpu__metrics_render(tpu_server_t *srv, tpu_mbuf_t *b) {
   tpu_metrics_family(b, "tpud_bad_frames_total", "counter",
                      "native frames so malformed that their connection was closed");
   tpu_metrics_u64(b, "tpud_bad_frames_total", NULL, 0, get(&s->bad_frames));
+  tpu_metrics_family(b, "tpud_accept_errors_total", "counter",
+                     "accept() failures (EMFILE: out of descriptors); each pauses that listener "
+                     "100 ms to 1 s");
+  for (int p = 0; p < 2; p++)
+    for (int r = 0; r < TPU_ACCEPT_NREASONS; r++) {
+      uint64_t v = get(&s->accept_errors[p][r]);
+      if (!v && r != TPU_ACCEPT_EMFILE) continue;
+      tpu_mlabel_t l[] = {{"protocol", p == TPU_ACCEPT_HTTP ? "http" : "native"},
+                          {"reason", tpu_accept_reason_name(r)}};
+      tpu_metrics_u64(b, "tpud_accept_errors_total", l, 2, v);
+    }
+  tpu_metrics_family(b, "tpud_buffered_bytes", "gauge",
+                     "answers not yet taken by the kernel plus those reserved for calls in "
+                     "flight, all connections; --max-buffered-bytes bounds it for new calls");
+  tpu_metrics_u64(b, "tpud_buffered_bytes", NULL, 0, get(&s->buffered_bytes));
+  tpu_metrics_family(b, "tpud_buffered_refused_total", "counter",
+                     "MatMul and infer calls refused RESOURCE_EXHAUSTED at --max-buffered-bytes");
+  tpu_metrics_u64(b, "tpud_buffered_refused_total", NULL, 0, get(&s->buffered_refused));
 
   /* HTTP. */
   tpu_metrics_family(b, "tpud_http_responses_total", "counter",

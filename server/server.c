@@ -17,6 +17,16 @@
  *      reach the I/O queues;
  *   3. stop the I/O threads: they answer those completions, flush, close, and exit.
  * SIGPIPE is ignored: a peer that vanishes must cost one connection, never the process.
+ *
+ * Start-up limits (fit_descriptors, fit_buffered): --max-connections must fit under
+ * RLIMIT_NOFILE with room for every other descriptor tpud opens, so that accepting can never
+ * starve a repository scan or the audit log; --max-buffered-bytes must hold one answer of
+ * --max-message-bytes. Accept errors (EMFILE and the like, both ports: tpu__accept_failed) pause
+ * the listener 100 ms, doubling to 1 s, rather than spin on a backlog that stays readable.
+ * (No spare-descriptor trick, closing a kept /dev/null to accept and drop one client: with
+ * connections fitted under the limit, EMFILE means something else holds the descriptors, and
+ * the freed one would race the repository and audit threads that need it; the clients wait in
+ * the backlog and are served when descriptors come back.)
  */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -28,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -52,6 +63,7 @@ size_t tpu_server_ready_models(const tpu_server_t *srv) {
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
                       int salen, void *arg) {
   tpu_server_t *srv = arg;
+  srv->accept_backoff_ms = 0; /* accepting again: the next error starts the backoff anew */
   char peer[64] = "?";
   if (sa->sa_family == AF_INET) {
     struct sockaddr_in *s4 = (struct sockaddr_in *)sa;
@@ -93,10 +105,50 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
   tpu__io_hand_off(srv, fd, peer);
 }
 
+/* ---- accept errors (both ports) ---- */
+
+unsigned tpu__accept_failed(int which, int err, unsigned *backoff_ms) {
+  int reason = err == EMFILE    ? TPU_ACCEPT_EMFILE
+               : err == ENFILE  ? TPU_ACCEPT_ENFILE
+               : err == ENOBUFS ? TPU_ACCEPT_ENOBUFS
+               : err == ENOMEM  ? TPU_ACCEPT_ENOMEM
+                                : TPU_ACCEPT_EOTHER;
+  tpu_stats_inc(&tpu_stats.accept_errors[which][reason], 1);
+  unsigned ms = *backoff_ms ? *backoff_ms : 100;
+  *backoff_ms = ms * 2 > 1000 ? 1000 : ms * 2;
+  /* One line a second for the whole process (both ports, every I/O thread). */
+  static _Atomic uint64_t last_us, suppressed;
+  uint64_t now = tpu_now_us(), last = atomic_load(&last_us);
+  if (now - last < 1000000 || !atomic_compare_exchange_strong(&last_us, &last, now)) {
+    atomic_fetch_add(&suppressed, 1);
+    return ms;
+  }
+  uint64_t more = atomic_exchange(&suppressed, 0);
+  char extra[160] = "";
+  if (more)
+    snprintf(extra, sizeof extra, "; %llu more accept errors since the last such line",
+             (unsigned long long)more);
+  tpu_log_warn("%s accept: %s (%s): not accepting for %u ms%s (tpud_accept_errors_total; "
+               "out of descriptors: raise the limit, ulimit -n, or lower --max-connections)",
+               which == TPU_ACCEPT_HTTP ? "http" : "native", strerror(err),
+               tpu_accept_reason_name(reason), ms, extra);
+  return ms;
+}
+
+static void on_accept_retry(evutil_socket_t fd, short what, void *arg) {
+  tpu_server_t *srv = arg;
+  if (srv->listener && !atomic_load(&srv->draining)) evconnlistener_enable(srv->listener);
+}
+
+/* libevent calls this for an accept error other than EAGAIN, EINTR and ECONNABORTED. Left
+ * enabled, a listener whose backlog holds connections is readable again at once: pause it. */
 static void on_accept_error(struct evconnlistener *l, void *arg) {
+  tpu_server_t *srv = arg;
   int e = EVUTIL_SOCKET_ERROR();
-  tpu_log_error("accept: %s", evutil_socket_error_to_string(e));
-  /* EMFILE and friends: keep serving; libevent retries on the next readiness. */
+  unsigned ms = tpu__accept_failed(TPU_ACCEPT_NATIVE, e, &srv->accept_backoff_ms);
+  struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+  evconnlistener_disable(l);
+  evtimer_add(srv->accept_timer, &tv);
 }
 
 static void on_drain_timer(evutil_socket_t fd, short what, void *arg) {
@@ -129,6 +181,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
   atomic_store(&srv->draining, 1);
   tpu__repo_cancel_loads(srv->repo); /* a load in progress is abandoned, not waited for */
   if (srv->listener) evconnlistener_disable(srv->listener);
+  if (srv->accept_timer) evtimer_del(srv->accept_timer);
   tpu__io_drain(srv);
   srv->drain_deadline_us = tpu_now_us() + (uint64_t)srv->cfg.drain_timeout_s * 1000000u;
   tpu_log_info("signal %d: draining: stopped accepting; %llu requests in flight (timeout %u s)",
@@ -170,11 +223,101 @@ static int bind_listener(tpu_server_t *srv, char *err, size_t errlen) {
     return -1;
   }
   evconnlistener_set_error_cb(srv->listener, on_accept_error);
+  srv->accept_timer = evtimer_new(srv->base, on_accept_retry, srv);
+  if (!srv->accept_timer) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
   struct sockaddr_storage bound;
   socklen_t blen = sizeof bound;
   getsockname(evconnlistener_get_fd(srv->listener), (struct sockaddr *)&bound, &blen);
   srv->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                                 : ((struct sockaddr_in *)&bound)->sin_port);
+  return 0;
+}
+
+/* ---- start-up limits: descriptors and the buffered-answer budget ---- */
+
+/* Descriptors open now (inherited ones included), from /proc/self/fd; 3 when it cannot say. */
+static unsigned fds_open_now(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return 3;
+  unsigned n = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    n += e->d_name[0] != '.';
+  closedir(d);
+  return n > 0 ? n - 1 : 3; /* not the directory's own */
+}
+
+/* Descriptors tpud needs besides its connections, so that accepting can never take the ones the
+ * rest of the server opens (a repository scan, a model file, the audit log's rotation). The
+ * figures are what a running tpud holds (ls /proc/PID/fd) plus what it opens at times. */
+static unsigned fds_reserved(const tpu_config_t *cfg, unsigned open_now) {
+  unsigned n = open_now;     /* stdio, and whatever was inherited */
+  n += 8;                    /* main loop: epoll, signal pipes, both listening sockets */
+  n += 6 * cfg->io_threads;  /* each: epoll, libevent's pipes, queue eventfd, HTTP listener dup */
+  n += 1 + cfg->io_threads;  /* a connection accepted over max-connections, closed at once */
+  n += 16;                   /* repository: nested directories being scanned, model files */
+  if (cfg->audit_log[0]) n += 8; /* log, head and its temporary, directory, rotation */
+  n += 8;                    /* certificates, key, CA and tokens reloaded on SIGHUP */
+  n += 16;                   /* spare: libraries, /proc reads, what a later change adds */
+  return n;
+}
+
+/* RLIMIT_NOFILE: raises the soft limit to the hard one (what a server is expected to do), then
+ * fits --max-connections under it. A default that does not fit is lowered, with a warning that
+ * gives the numbers; a value given explicitly that does not fit refuses to start, since the
+ * operator asked for that capacity. */
+static int fit_descriptors(tpu_server_t *srv, char *err, size_t errlen) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0; /* nothing to fit against */
+  if (rl.rlim_cur < rl.rlim_max) {
+    struct rlimit up = {.rlim_cur = rl.rlim_max, .rlim_max = rl.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &up) == 0) {
+      tpu_log_info("descriptor limit (RLIMIT_NOFILE) raised from %llu to the hard limit %llu",
+                   (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+      rl.rlim_cur = rl.rlim_max;
+    }
+  }
+  if (rl.rlim_cur == RLIM_INFINITY) return 0;
+  unsigned need = fds_reserved(&srv->cfg, fds_open_now());
+  uint64_t limit = rl.rlim_cur;
+  uint64_t fit = limit > need ? limit - need : 0;
+  unsigned want = srv->cfg.max_connections;
+  if (want <= fit) return 0;
+  const char *how = "raise it (ulimit -n, systemd LimitNOFILE=, docker run --ulimit nofile=)";
+  if (fit == 0 || tpu_config_given(&srv->cfg, "max-connections")) {
+    snprintf(err, errlen, "--max-connections %u does not fit the descriptor limit: "
+             "RLIMIT_NOFILE is %llu and tpud needs %u descriptors besides its connections "
+             "(listeners, event loops, repository, audit log, a reserve), so %llu connections "
+             "fit; %s or lower --max-connections",
+             want, (unsigned long long)limit, need, (unsigned long long)fit, how);
+    return -1;
+  }
+  srv->cfg.max_connections = (unsigned)fit;
+  tpu_log_warn("max-connections lowered from %u to %llu: the descriptor limit (RLIMIT_NOFILE) "
+               "is %llu and tpud needs %u descriptors besides its connections; %s to %llu to "
+               "serve %u", want, (unsigned long long)fit, (unsigned long long)limit, need, how,
+               (unsigned long long)want + need, want);
+  return 0;
+}
+
+/* --max-buffered-bytes must hold one answer of --max-message-bytes, or such an answer could
+ * never be admitted: a default is raised to it, a value given explicitly refuses to start. */
+static int fit_buffered(tpu_server_t *srv, char *err, size_t errlen) {
+  tpu_config_t *cfg = &srv->cfg;
+  if (cfg->max_buffered_bytes >= cfg->max_message_bytes) return 0;
+  if (tpu_config_given(cfg, "max-buffered-bytes")) {
+    snprintf(err, errlen, "--max-buffered-bytes %llu is less than --max-message-bytes %llu: an "
+             "answer of the largest message could never be sent; raise --max-buffered-bytes",
+             (unsigned long long)cfg->max_buffered_bytes,
+             (unsigned long long)cfg->max_message_bytes);
+    return -1;
+  }
+  tpu_log_info("max-buffered-bytes raised from its default %llu to max-message-bytes %llu",
+               (unsigned long long)cfg->max_buffered_bytes,
+               (unsigned long long)cfg->max_message_bytes);
+  cfg->max_buffered_bytes = cfg->max_message_bytes;
   return 0;
 }
 
@@ -204,6 +347,11 @@ int tpu_server_create(const tpu_config_t *cfg, tpu_engine_t *engine, tpu_server_
   srv->cfg = *cfg;
   srv->engine = engine;
   srv->http_fd = -1;
+  /* Before anything is opened: the count of descriptors open now is part of the reserve. */
+  if (fit_descriptors(srv, err, errlen) != 0 || fit_buffered(srv, err, errlen) != 0) {
+    free(srv);
+    return -1;
+  }
   signal(SIGPIPE, SIG_IGN);
   /* Worker threads inherit a mask without the shutdown signals, so libevent's handler in the
    * main thread is the one that sees them. */
@@ -346,6 +494,7 @@ void tpu_server_free(tpu_server_t *srv) {
   tpu__auth_free(srv);       /* after the I/O threads: their SSLs hold their own contexts */
   tpu__mmpool_free(srv->pool);
   if (srv->drain_timer) event_free(srv->drain_timer);
+  if (srv->accept_timer) event_free(srv->accept_timer);
   if (srv->sig_term) event_free(srv->sig_term);
   if (srv->sig_int) event_free(srv->sig_int);
   if (srv->sig_usr1) event_free(srv->sig_usr1);

@@ -124,6 +124,8 @@ struct tpu__call {
   void *c;
   uint64_t compute_us;
   size_t answer_bytes;          /* its answer's size, reserved on its connection (io.c) */
+  size_t budget;                /* its answer's share of --max-buffered-bytes (tpu__budget_*),
+                                 * given back by tpu__call_free */
   char client[TPU_AUTH_IDENTITY_MAX]; /* who asked (auth.h identity), for the audit record */
 };
 
@@ -179,6 +181,8 @@ struct tpu_server {
   unsigned nio, next_io;
   struct event_base *base;
   struct evconnlistener *listener;
+  struct event *accept_timer; /* re-enables the listener after an accept error (backoff) */
+  unsigned accept_backoff_ms;  /* the pause after the next accept error; 0 = the first */
   int http_fd;           /* the HTTP listening socket (each I/O thread accepts a dup); -1 */
   unsigned http_port;
   struct event *sig_term, *sig_int, *sig_usr1, *sig_hup, *drain_timer;
@@ -202,6 +206,24 @@ struct tpu_server {
   int http_tls;
   struct tpu__auth *auth;
 };
+
+/* ---- server.c: accept errors, both ports ---- */
+/* An accept() on port `which` (TPU_ACCEPT_NATIVE or _HTTP) failed with errno `err` (any
+ * thread): counts it (tpud_accept_errors_total), logs at most one line a second for the whole
+ * process, and returns how long the caller stops polling its listener: *backoff_ms, which then
+ * doubles (100 ms up to 1 s; the caller resets it to 0 after an accept succeeds). EMFILE and its
+ * kin are not a reason to spin: the listener stays readable while connections wait in its
+ * backlog, and they are served once descriptors are free again. */
+unsigned tpu__accept_failed(int which, int err, unsigned *backoff_ms);
+
+/* ---- io.c: the buffered-answer budget (--max-buffered-bytes), every port ---- */
+/* Reserves `bytes` for the answer of a call about to be accepted (I/O thread): 0, or -1 when it
+ * would take tpud_buffered_bytes past the budget; then msg says so (it starts with
+ * TPU__BUSY, which HTTP answers with 503) and the caller refuses the call RESOURCE_EXHAUSTED.
+ * The reservation lasts until tpu__call_free (call->budget), by when the answer is in a
+ * connection's output, which counts itself (sock.c) until the kernel has taken it. */
+int tpu__budget_reserve(tpu_server_t *srv, size_t bytes, char *msg, size_t msglen);
+#define TPU__BUSY "server busy"
 
 /* ---- io.c ---- */
 int tpu__io_start(tpu_server_t *srv);
@@ -273,14 +295,16 @@ void tpu__count(tpu__model_t *model, int code);
  * batcher. Takes ownership of q in every case. Returns TPU_CODE_OK with *out a call whose
  * completion will come back to `io` as a TPU__MSG_DONE message, or (for a request of 0 rows,
  * which has nothing to compute) a call with rows == 0 that was not submitted: the caller answers
- * it at once and frees it. Any other code: no call, msg says why, *model_out is the model when
+ * it at once and frees it. The call holds its answer's share of --max-buffered-bytes (sized as
+ * JSON when `http`); past the budget the code is RESOURCE_EXHAUSTED (TPU__BUSY). Any other code:
+ * no call, msg says why, *model_out is the model when
  * one was found (for counting) and then holds a reference: the caller tpu__model_release()s it
  * after counting. On TPU_CODE_OK *model_out is call->model (the call's reference, released
  * by tpu__call_free). The caller sets call->conn (and tracks it) or call->http after
  * the return: completions are processed only by this same thread, so none can be seen earlier.
  */
 int tpu__infer_submit(tpu__io_t *io, const char *client, Inference__ModelInferRequest *q,
-                      uint64_t received_us, uint64_t timeout_us, tpu__call_t **out,
+                      int http, uint64_t received_us, uint64_t timeout_us, tpu__call_t **out,
                       tpu__model_t **model_out, char *msg, size_t msglen);
 /* Counts a finished infer call's end-to-end latency (received → answered), microseconds. */
 void tpu__observe_request(tpu__call_t *call);

@@ -18,6 +18,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "stats.h"
 #include "tls.h"
 
 #define SOCK_IBUF_MIN 16384
@@ -26,6 +27,28 @@
 #define SOCK_TLS_RECORD 16384
 
 static void on_read(evutil_socket_t fd, short what, void *arg);
+
+/* Every output buffer counts its bytes in the process-wide gauge that --max-buffered-bytes
+ * bounds (io.c tpu__budget_reserve): libevent calls this after each change of its length. */
+static void count_output(struct evbuffer *b, const struct evbuffer_cb_info *info, void *arg) {
+  if (info->n_added) tpu_stats_inc(&tpu_stats.buffered_bytes, info->n_added);
+  if (info->n_deleted) tpu_stats_sub(&tpu_stats.buffered_bytes, info->n_deleted);
+}
+
+struct evbuffer *tpu__sock_counted_buffer(void) {
+  struct evbuffer *b = evbuffer_new();
+  if (b && !evbuffer_add_cb(b, count_output, NULL)) {
+    evbuffer_free(b);
+    return NULL;
+  }
+  return b;
+}
+
+void tpu__sock_free_buffer(struct evbuffer *b) {
+  if (!b) return;
+  evbuffer_drain(b, evbuffer_get_length(b)); /* counted out; evbuffer_free calls no callback */
+  evbuffer_free(b);
+}
 
 /* ---- input buffer ---- */
 
@@ -319,7 +342,7 @@ int tpu__sock_open(tpu__sockset_t *set, tpu__sock_t *s, int fd, SSL *ssl, const 
   s->fd = fd;
   s->ssl = ssl;
   snprintf(s->peer, sizeof s->peer, "%s", peer);
-  s->out = evbuffer_new();
+  s->out = tpu__sock_counted_buffer();
   s->rev = event_new(set->base, fd, EV_READ | EV_PERSIST, on_read, s);
   s->wev = event_new(set->base, fd, EV_WRITE | EV_PERSIST, on_write, s);
   if (!s->out || !s->rev || !s->wev || tpu__sock_reserve(s, SOCK_IBUF_MIN) != 0 ||
@@ -357,6 +380,7 @@ void tpu__sock_close(tpu__sock_t *s) {
   }
   close(s->fd);
   s->fd = -1;
+  evbuffer_drain(s->out, evbuffer_get_length(s->out)); /* nobody will take it now */
   if (s->prev)
     s->prev->next = s->next;
   else
@@ -370,7 +394,7 @@ void tpu__sock_close(tpu__sock_t *s) {
 void tpu__sock_free(tpu__sock_t *s) {
   if (s->rev) event_free(s->rev);
   if (s->wev) event_free(s->wev);
-  if (s->out) evbuffer_free(s->out);
+  tpu__sock_free_buffer(s->out);
   free(s->ibuf);
   s->rev = s->wev = NULL;
   s->out = NULL;

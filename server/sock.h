@@ -27,6 +27,9 @@
  * down our sending side, read and discard until the client closes or 2 s pass, so that a close
  * with unread input cannot reset the last answers away; then ops->close.
  *
+ * Every output buffer counts its bytes in the process-wide gauge tpud_buffered_bytes (stats.h)
+ * that --max-buffered-bytes bounds; a closed socket's unsent output is dropped at once.
+ *
  * Ownership: the owner embeds a tpu__sock_t in its connection and gets it back with
  * tpu_container_of in the callbacks. tpu__sock_close closes the socket and takes it out of the
  * set (no callback after that); the owner frees the buffers with tpu__sock_free when it frees
@@ -126,6 +129,11 @@ void tpu__sock_consume(tpu__sock_t *s, size_t n);
 /* Back-pressure: stop or resume reading (idempotent). */
 void tpu__sock_pause(tpu__sock_t *s);
 void tpu__sock_resume(tpu__sock_t *s);
+/* An evbuffer whose bytes count in tpud_buffered_bytes (stats.h) while it holds them: every
+ * socket's output is one; the HTTP port's answers waiting for their turn use them too. Free it
+ * with tpu__sock_free_buffer (accepts NULL). */
+struct evbuffer *tpu__sock_counted_buffer(void);
+void tpu__sock_free_buffer(struct evbuffer *b);
 /* Bytes of output not yet taken by the kernel. */
 size_t tpu__sock_unsent(const tpu__sock_t *s);
 /* Writes the output (one writev, or SSL_write records); arms the write event while bytes remain.

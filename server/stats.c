@@ -35,6 +35,12 @@ void tpu_hist_observe(tpu_hist_t *h, const uint64_t *bounds, size_t nbounds, uin
   tpu_stats_inc(&h->n, 1);
 }
 
+const char *tpu_accept_reason_name(int reason) {
+  static const char *const names[TPU_ACCEPT_NREASONS] = {"EMFILE", "ENFILE", "ENOBUFS", "ENOMEM",
+                                                         "other"};
+  return reason >= 0 && reason < TPU_ACCEPT_NREASONS ? names[reason] : "other";
+}
+
 static const int http_codes[] = TPU_HTTP_STATUS_CODES;
 _Static_assert(sizeof http_codes / sizeof http_codes[0] == TPU_HTTP_NSTATUS - 1,
                "TPU_HTTP_NSTATUS must be the number of codes plus the 'other' slot");

@@ -80,6 +80,13 @@ typedef struct {
 #define TPU_HTTP_STATUS_CODES {200, 400, 404, 405, 408, 413, 431, 500, 503, 504}
 #define TPU_HTTP_NSTATUS 11
 
+/* accept() failures, by reason: the errno values that mean "no resources", and the rest. */
+enum { TPU_ACCEPT_NATIVE = 0, TPU_ACCEPT_HTTP = 1 };
+enum { TPU_ACCEPT_EMFILE, TPU_ACCEPT_ENFILE, TPU_ACCEPT_ENOBUFS, TPU_ACCEPT_ENOMEM,
+       TPU_ACCEPT_EOTHER, TPU_ACCEPT_NREASONS };
+/* "EMFILE", ..., "other": the reason label of an accept_errors slot. */
+const char *tpu_accept_reason_name(int reason);
+
 /* Server-wide counters. */
 typedef struct {
   _Atomic uint64_t requests[TPU_CODE_COUNT]; /* every answered request, any method */
@@ -95,6 +102,12 @@ typedef struct {
   _Atomic uint64_t http_connections_rejected; /* refused at accept (max-connections over both ports) */
   _Atomic uint64_t http_responses[TPU_HTTP_NSTATUS]; /* by status, see tpu_http_status_index */
   tpu_hist_t http_request_us;                /* every HTTP request, received → reply, us */
+  /* accept() failures by port (TPU_ACCEPT_NATIVE, _HTTP) and reason (TPU_ACCEPT_E*). */
+  _Atomic uint64_t accept_errors[2][TPU_ACCEPT_NREASONS];
+  /* Gauge: bytes of answers not yet taken by the kernel (every connection, both ports) plus the
+   * answers reserved for calls in flight; --max-buffered-bytes bounds it for new calls. */
+  _Atomic uint64_t buffered_bytes;
+  _Atomic uint64_t buffered_refused;         /* calls refused because of that bound */
 } tpu_stats_t;
 
 /* Process-wide server counters. */
@@ -108,6 +121,9 @@ static inline uint64_t tpu_stats_get(_Atomic uint64_t *c) {
 }
 static inline void tpu_stats_dec(_Atomic uint64_t *c) {
   atomic_fetch_sub_explicit(c, 1, memory_order_relaxed);
+}
+static inline void tpu_stats_sub(_Atomic uint64_t *c, uint64_t by) {
+  atomic_fetch_sub_explicit(c, by, memory_order_relaxed);
 }
 
 /* Slot of an HTTP status code in tpu_stats.http_responses (TPU_HTTP_NSTATUS - 1: other). */

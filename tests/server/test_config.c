@@ -26,7 +26,32 @@ static void test_defaults(void) {
   CU_ASSERT(c.threads >= 1);
   CU_ASSERT_EQUAL(c.io_threads, 1);
   CU_ASSERT_EQUAL(c.max_message_bytes, 64u << 20);
+  CU_ASSERT_EQUAL(c.max_buffered_bytes, 256u << 20);
   CU_ASSERT_EQUAL(c.log_level, TPU_LOG_INFO);
+  CU_ASSERT_FALSE(tpu_config_given(&c, "max-connections")); /* defaults are not "given" */
+}
+
+/* tpu_config_given: set by a flag or the file (even to the default's value), not otherwise;
+ * start-up decides from it whether a max-connections that does not fit is lowered or fatal. */
+static void test_given(void) {
+  tpu_config_t c;
+  char err[512];
+  const char *argv[] = {"tpud", "--max-connections", "1024", "--port=0"};
+  CU_ASSERT_EQUAL(parse(&c, err, 4, argv), TPU_CONFIG_OK);
+  CU_ASSERT_TRUE(tpu_config_given(&c, "max-connections"));
+  CU_ASSERT_TRUE(tpu_config_given(&c, "port"));
+  CU_ASSERT_FALSE(tpu_config_given(&c, "max-buffered-bytes"));
+  CU_ASSERT_FALSE(tpu_config_given(&c, "no-such-option"));
+  tpu_config_defaults(&c);
+  CU_ASSERT_EQUAL(tpu_config_apply_json(&c, "{\"max-buffered-bytes\": 1048576}", "f.json", err,
+                                        sizeof err), 0);
+  CU_ASSERT_TRUE(tpu_config_given(&c, "max-buffered-bytes"));
+  CU_ASSERT_EQUAL(c.max_buffered_bytes, 1048576);
+  CU_ASSERT_FALSE(tpu_config_given(&c, "max-connections"));
+  /* A value that fails does not count as given. */
+  CU_ASSERT_EQUAL(tpu_config_apply_json(&c, "{\"max-connections\": 0}", "f.json", err,
+                                        sizeof err), -1);
+  CU_ASSERT_FALSE(tpu_config_given(&c, "max-connections"));
 }
 
 static void test_flags(void) {
@@ -93,6 +118,8 @@ static void test_bad_flags(void) {
   expect_error(3, a11, "unknown option");
   const char *a12[] = {"tpud", "--tls-handshake-timeout-s", "0"};
   expect_error(3, a12, "from 1 to 3600");
+  const char *a13[] = {"tpud", "--max-buffered-bytes", "1000"};
+  expect_error(3, a13, "from 1048576 to");
 }
 
 static void test_bad_json(void) {
@@ -132,11 +159,13 @@ static void test_help(void) {
                         "--idle-timeout-s N", "--max-message-bytes N",
                         "--max-inflight-per-conn N", "--queue-rows N", "--drain-timeout-s N",
                         "--poll-seconds N", "--log-level LEVEL", "--config FILE",
+                        "--max-buffered-bytes N",
                         "default 8500", "unit: seconds"};
   for (size_t i = 0; i < sizeof must / sizeof must[0]; i++) CU_ASSERT_PTR_NOT_NULL(strstr(buf, must[i]));
   free(buf);
 }
 
 TPU_TEST_SUITE(server_config, {"defaults", test_defaults}, {"flags", test_flags},
+               {"given", test_given},
                {"file_then_flags", test_file_then_flags}, {"bad_flags", test_bad_flags},
                {"bad_json", test_bad_json}, {"help", test_help})
