@@ -118,6 +118,7 @@ typedef enum {
 #define TPU_AUDIT_KIND_RECOVERED "recovered"     /* vouches for a torn tail found at open */
 #define TPU_AUDIT_KIND_LOST "lost"               /* N records were refused while failed */
 #define TPU_AUDIT_KIND_ROLLBACK "rollback"       /* head file was ahead of the log at open */
+#define TPU_AUDIT_KIND_GAP "gap"                 /* seq A..B went with a deleted file */
 
 /* Completion status passed to a record's callback. */
 #define TPU_AUDIT_WRITTEN 0  /* written (with `always`: and on disk, fdatasync done) */
@@ -204,7 +205,8 @@ typedef struct {
   uint64_t rotations;       /* files rotated */
   uint64_t seq;             /* last seq written */
   uint64_t synced_seq;      /* last seq known to be on disk */
-  uint64_t queued;          /* records waiting */
+  uint64_t queued;          /* records waiting: submitted, not written yet */
+  uint64_t files_deleted;   /* times the file was found deleted while open (gap records) */
   int failed;               /* 1 in the failed state */
 } tpu_audit_stats_t;
 
@@ -214,6 +216,10 @@ void tpu_audit_stats(const tpu_audit_t *a, tpu_audit_stats_t *out);
  * the writer and frees everything. Callbacks of records that could not be written get
  * TPU_AUDIT_LOST. Submit a "stop" record first. Accepts NULL. */
 void tpu_audit_close(tpu_audit_t *a);
+
+/* tpu_audit_close, and *final (may be NULL) = the counters after it: records_lost then includes
+ * the records close gave up on, so it is exactly the submitted records that were not written. */
+void tpu_audit_shutdown(tpu_audit_t *a, tpu_audit_stats_t *final);
 
 /* The gRPC code name for a status code (0 "OK" ... 16 "UNAUTHENTICATED"); "UNKNOWN" outside. */
 const char *tpu_audit_grpc_name(int code);
