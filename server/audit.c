@@ -672,8 +672,6 @@ static int relocate(tpu_audit_t *a) {
       enter_failed(a, "starting a new log file", ENOMEM);
       return -1;
     }
-  } else {
-    snprintf(msg, sizeof msg, "nothing committed was in it");
   }
   close(a->fd); /* a deleted file's space is freed here */
   a->fd = fd;
@@ -686,17 +684,19 @@ static int relocate(tpu_audit_t *a) {
   a->lost_path = 0;
   if (moved) atomic_fetch_add(&a->st_rotations, 1);
   else atomic_fetch_add(&a->st_files_deleted, 1);
-  char what[sizeof msg + 200];
+  char what[sizeof where + 400];
   if (moved)
     snprintf(what, sizeof what, "the file was moved away (to %s) while open: started a new one "
              "at seq %" PRIu64 ", a rotate record naming the old one first",
              where[0] ? where : "a name unknown", a->disk_seq + 1);
+  else if (first <= last)
+    snprintf(what, sizeof what, "the file was deleted while open: seq %" PRIu64 "..%" PRIu64
+             " (%" PRIu64 " records) went with it; started a new file at seq %" PRIu64 " with a "
+             "gap record saying so, and the records not yet written go there",
+             first, last, last - first + 1, a->disk_seq + 1);
   else
-    snprintf(what, sizeof what, "the file was deleted while open (%s): started a new one at "
-             "seq %" PRIu64 "%s",
-             first <= last ? msg : "nothing committed was in it", a->disk_seq + 1,
-             first <= last ? " with a gap record; the records not yet committed are written there"
-                           : "");
+    snprintf(what, sizeof what, "the file was deleted while open before any record was "
+             "committed to it: started a new one");
   warn_lost(a, !moved && first <= last, what);
   if (b) batch_add(a, b);
   build_batch(a);
