@@ -17,6 +17,12 @@
  * A batch whose write or fdatasync failed stays in a->batch with the seqs and hashes it was
  * given; before each retry the file is cut back to a->good_off (only bytes of that unconfirmed
  * batch are removed), so a retry appends exactly the same bytes and the chain stays unbroken.
+ *
+ * A batch that went into a file no longer at path (audit.h: THE FILE DELETED...) is unwound
+ * instead: seq and hash go back to the last committed record, its nodes go back to the front
+ * of the held list, and relocate() starts the new file with a gap or rotate record and builds
+ * the batch again with new seqs. So that the module's own records survive this, they are nodes
+ * too (internal = 1: not counted as submitted); a batch is [boundary][lost][held records...].
  */
 #define _GNU_SOURCE /* memrchr */
 #include "audit.h"
