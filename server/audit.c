@@ -258,15 +258,30 @@ tpu__line_result_t tpu__audit_parse_line(const char *line, size_t len, const uin
   return r;
 }
 
+/* A decimal without sign or leading zero at *p, advancing p; 0 when there is none or it
+ * overflows. */
+static uint64_t read_u64(const char **p) {
+  const char *s = *p;
+  uint64_t v = 0;
+  if (*s < '1' || *s > '9') return 0;
+  for (; *s >= '0' && *s <= '9'; s++) {
+    if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10) return 0;
+    v = v * 10 + (uint64_t)(*s - '0');
+  }
+  *p = s;
+  return v;
+}
+
 int tpu__audit_gap_range(const char *message, uint64_t *first, uint64_t *last) {
-  uint64_t f = 0, l = 0;
-  int used = -1;
-  if (!message || sscanf(message, TPU__AUDIT_GAP_SCAN, &f, &l, &used) != 2 || used < 0 || f == 0 ||
-      l < f)
-    return 0;
-  char want[128]; /* the exact form only (sscanf alone would accept spaces, signs, zeros) */
-  int n = snprintf(want, sizeof want, TPU__AUDIT_GAP_PFX, f, l);
-  if (n != used || strncmp(message, want, (size_t)n) != 0) return 0;
+  static const char pfx[] = "seq ", mid[] = "..", sfx[] = " are not in the log: ";
+  const char *p = message;
+  if (!p || strncmp(p, pfx, sizeof pfx - 1) != 0) return 0;
+  p += sizeof pfx - 1;
+  uint64_t f = read_u64(&p);
+  if (!f || strncmp(p, mid, sizeof mid - 1) != 0) return 0;
+  p += sizeof mid - 1;
+  uint64_t l = read_u64(&p);
+  if (!l || l < f || strncmp(p, sfx, sizeof sfx - 1) != 0) return 0;
   *first = f;
   *last = l;
   return 1;
@@ -633,6 +648,9 @@ static int relocate(tpu_audit_t *a) {
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", a->fd);
     ssize_t n = readlink(proc, where, sizeof where - 1);
     where[n > 0 ? (size_t)n : 0] = '\0';
+    /* NFS keeps a deleted open file as .nfsXXXX until it is closed: that is a deletion. */
+    const char *base = strrchr(where, '/');
+    if (strncmp(base ? base + 1 : where, ".nfs", 4) == 0) moved = 0, a->lost_path = LOST_DELETED;
   }
   int fd = open(a->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
   struct stat st;

@@ -18,7 +18,6 @@
  * records A..B (B = the gap record's seq - 1) were written and then destroyed with their file
  * (deleted while the server had it open). The verifier lets the chain resume after it. */
 #define TPU__AUDIT_GAP_PFX "seq %" PRIu64 "..%" PRIu64 " are not in the log: "
-#define TPU__AUDIT_GAP_SCAN "seq %" SCNu64 "..%" SCNu64 " are not in the log: %n"
 
 /* hash (65 bytes with NUL) of canonical bytes: HMAC-SHA256 when keylen > 0, else SHA-256. */
 void tpu__audit_mac(const uint8_t *key, size_t keylen, const void *data, size_t len,
