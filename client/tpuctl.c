@@ -25,13 +25,15 @@
 #include "tpuclient.h"
 #ifdef TPUCTL_AUDIT
 #include "audit_verify.h"
-#define AUDIT_SYNOPSIS "audit verify [--key FILE] [--head FILE] [--allow-torn] FILE..."
+#define AUDIT_SYNOPSIS "audit verify [--key FILE] [--head FILE] [--allow-torn] [--partial] FILE..."
 #define AUDIT_HELP                                                                            \
   "Checks tpud audit logs offline (oldest file first: rotated <log>.<seq> files, then <log>):\n" \
-  "sequence, hash chain and each record's hash (HMAC-SHA256 with --key). Prints OK with the\n"  \
+  "sequence from seq 1, hash chain and each record's hash (HMAC-SHA256 with --key). Prints a\n" \
+  "WARNING line for each record that states a loss (gap, lost, rollback), then OK with the\n"  \
   "record count and the chain head, or the first bad record (file, line, seq) and what is\n"  \
   "wrong. --head FILE also checks the log against a saved head file; --allow-torn accepts a\n" \
-  "torn last line (a crash). Exit 0 OK, 1 a fault, 2 usage or unreadable file.\n"
+  "torn last line (a crash); --partial accepts files that start at a rotate or gap record\n"  \
+  "(the earlier files kept elsewhere). Exit 0 OK, 1 a fault, 2 usage or unreadable file.\n"
 #endif
 
 #define EXIT_FAIL 1

@@ -17,6 +17,12 @@
  * A batch whose write or fdatasync failed stays in a->batch with the seqs and hashes it was
  * given; before each retry the file is cut back to a->good_off (only bytes of that unconfirmed
  * batch are removed), so a retry appends exactly the same bytes and the chain stays unbroken.
+ *
+ * A batch that went into a file no longer at path (audit.h: THE FILE DELETED...) is unwound
+ * instead: seq and hash go back to the last committed record, its nodes go back to the front
+ * of the held list, and relocate() starts the new file with a gap or rotate record and builds
+ * the batch again with new seqs. So that the module's own records survive this, they are nodes
+ * too (internal = 1: not counted as submitted); a batch is [boundary][lost][held records...].
  */
 #define _GNU_SOURCE /* memrchr */
 #include "audit.h"
@@ -55,6 +61,7 @@ typedef struct tpu__audit_node {
   void *arg;
   uint64_t seq;
   int fired; /* callback already ran (fail-open PENDING) */
+  int internal; /* written by the module itself (lost, rotate, gap): not a submitted record */
   tpu_audit_record_t rec; /* strings point into data */
   char data[];
 } node_t;
@@ -85,6 +92,11 @@ struct tpu_audit {
   int fd;
   dev_t dev;
   ino_t ino;
+  int check_path;         /* check after each commit that the file is still at path */
+  int lost_path;          /* LOST_DELETED / LOST_MOVED: a new file must be started at path */
+  int fresh_file;         /* the file was started after the last one was moved or deleted */
+  uint64_t file_first_seq; /* the first seq in the current file (> disk_seq: none yet) */
+  uint64_t last_lost_log_us, lost_log_quiet; /* rate limit of the file-lost warning */
   uint64_t good_off;      /* file size up to the last committed batch */
   int cut_needed;         /* a failed attempt may have left bytes past good_off */
   uint64_t seq;           /* last seq given out */
@@ -106,7 +118,7 @@ struct tpu_audit {
   _Atomic int failed;
   _Atomic int inject;
   _Atomic uint64_t st_written, st_lost, st_bytes, st_fsyncs, st_errors, st_rotations;
-  _Atomic uint64_t st_seq, st_synced_seq, st_queued;
+  _Atomic uint64_t st_seq, st_synced_seq, st_queued, st_files_deleted;
   _Atomic uint64_t lost_unreported; /* refused records no "lost" record has mentioned yet */
 };
 
@@ -244,6 +256,35 @@ tpu__line_result_t tpu__audit_parse_line(const char *line, size_t len, const uin
   }
   if (canon != stackbuf) free(canon);
   return r;
+}
+
+/* A decimal without sign or leading zero at *p, advancing p; 0 when there is none or it
+ * overflows. */
+static uint64_t read_u64(const char **p) {
+  const char *s = *p;
+  uint64_t v = 0;
+  if (*s < '1' || *s > '9') return 0;
+  for (; *s >= '0' && *s <= '9'; s++) {
+    if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10) return 0;
+    v = v * 10 + (uint64_t)(*s - '0');
+  }
+  *p = s;
+  return v;
+}
+
+int tpu__audit_gap_range(const char *message, uint64_t *first, uint64_t *last) {
+  static const char pfx[] = "seq ", mid[] = "..", sfx[] = " are not in the log: ";
+  const char *p = message;
+  if (!p || strncmp(p, pfx, sizeof pfx - 1) != 0) return 0;
+  p += sizeof pfx - 1;
+  uint64_t f = read_u64(&p);
+  if (!f || strncmp(p, mid, sizeof mid - 1) != 0) return 0;
+  p += sizeof mid - 1;
+  uint64_t l = read_u64(&p);
+  if (!l || l < f || strncmp(p, sfx, sizeof sfx - 1) != 0) return 0;
+  *first = f;
+  *last = l;
+  return 1;
 }
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -431,6 +472,11 @@ static void fsync_dir(const char *path) {
 
 /* ---- the writer ------------------------------------------------------------------------- */
 
+static node_t *make_node(const tpu_audit_record_t *rec, tpu_audit_done_fn done, void *arg);
+static int batch_pending(const tpu_audit_t *a);
+static int sync_now(tpu_audit_t *a);
+static void build_batch(tpu_audit_t *a);
+
 /* fdatasync; on success every record up to `covered` (all written before the call) is on
  * disk, and only here does synced_seq advance. */
 static int do_sync(tpu_audit_t *a, uint64_t covered) {
@@ -454,6 +500,13 @@ static void finish_nodes(node_t *n, int status) {
   }
 }
 
+/* Submitted records in a list (the module's own records are not counted). */
+static size_t count_caller(const node_t *n) {
+  size_t c = 0;
+  for (; n; n = n->next) c += !n->internal;
+  return c;
+}
+
 /* Accounts caller records that were written (retired) and that reached the disk (settled). */
 static void account(tpu_audit_t *a, uint64_t retired, uint64_t settled) {
   if (!retired && !settled) return;
@@ -473,53 +526,283 @@ static void mark_synced(tpu_audit_t *a) {
   account(a, 0, n);
 }
 
-static void enter_failed(tpu_audit_t *a, const char *what, int err) {
+/* Enters the failed state (logged once per episode): `what` says what could not be done. */
+static void enter_failed_msg(tpu_audit_t *a, const char *what) {
   atomic_fetch_add(&a->st_errors, 1);
   a->next_retry_us = tpu_now_us() + (uint64_t)a->cfg.retry_ms * 1000u;
   if (!atomic_exchange(&a->failed, 1))
-    tpu_log_error("audit log %s: %s failed: %s; %s until it can be written again", a->path, what,
-                  strerror(err), a->cfg.fail_open ? "serving on (fail-open)"
-                                                  : "new requests get UNAVAILABLE");
+    tpu_log_error("audit log %s: %s; %s until it can be written again", a->path, what,
+                  a->cfg.fail_open ? "serving on (fail-open)" : "new requests get UNAVAILABLE");
+}
+
+static void enter_failed(tpu_audit_t *a, const char *what, int err) {
+  char msg[300];
+  snprintf(msg, sizeof msg, "%s failed: %s", what, strerror(err));
+  enter_failed_msg(a, msg);
 }
 
 static void leave_failed(tpu_audit_t *a) {
   if (atomic_exchange(&a->failed, 0)) tpu_log_info("audit log %s: writing again", a->path);
 }
 
-/* Appends the pending batch (after cutting off any bytes of an earlier failed attempt) and,
- * with `always`, syncs it. Returns 0 when committed. */
-static int commit(tpu_audit_t *a) {
-  if (a->cut_needed) {
-    if (ftruncate(a->fd, (off_t)a->good_off) != 0) {
-      enter_failed(a, "ftruncate of a partial batch", errno);
-      return -1;
-    }
-    a->cut_needed = 0;
+/* The module's own record (lost, rotate, gap) as a node, so that it is re-sequenced with the
+ * batch it belongs to if that batch has to be written again into a new file. NULL: no memory. */
+static node_t *module_node(const char *kind, const char *status, const char *message) {
+  tpu_audit_record_t r = {.kind = kind, .status = status, .message = message};
+  node_t *n = make_node(&r, NULL, NULL);
+  if (n) n->internal = 1;
+  return n;
+}
+
+/* Serializes n at the chain head onto the batch and links it there. A "stop" record's message
+ * gets the count of records lost since the log was opened: all of them were submitted before
+ * it, so if it is written the count is final (what is lost later is only in the closing line). */
+static void batch_add(tpu_audit_t *a, node_t *n) {
+  n->next = NULL;
+  if (!n->internal && strcmp(n->rec.kind, TPU_AUDIT_KIND_STOP) == 0) {
+    char msg[MESSAGE_MAX + 100];
+    snprintf(msg, sizeof msg, "%s%s%" PRIu64 " audit records lost since start", n->rec.message,
+             n->rec.message[0] ? "; " : "", atomic_load(&a->st_lost));
+    tpu_audit_record_t r = n->rec;
+    r.message = msg;
+    n->seq = emit(a, &a->batch, &r);
+  } else {
+    n->seq = emit(a, &a->batch, &n->rec);
   }
-  size_t off = 0;
-  while (off < a->batch.len) {
-    int inj = atomic_load(&a->inject);
-    ssize_t w;
-    if (inj) { /* as a full disk would: part of the bytes, then the error */
-      size_t half = (a->batch.len - off) / 2;
-      if (half) (void)!write(a->fd, a->batch.p + off, half);
-      errno = inj;
-      w = -1;
-    } else {
-      w = write(a->fd, a->batch.p + off, a->batch.len - off);
-    }
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      a->cut_needed = 1;
-      enter_failed(a, "write", errno);
-      return -1;
-    }
-    off += (size_t)w;
+  if (a->btail) a->btail->next = n;
+  else a->bhead = n;
+  a->btail = n;
+  if (!n->internal) a->bcount++;
+}
+
+/* The batch ends at the chain head. */
+static void batch_seal(tpu_audit_t *a) {
+  a->blast_seq = a->seq;
+  memcpy(a->blast_hash, a->last_hash, 65);
+}
+
+/* Takes the batch back (it went into a file that is no longer at path): its records go to the
+ * front of the held list, in order, to be given seqs again in the file that replaces it. */
+static void unwind(tpu_audit_t *a) {
+  a->seq = a->disk_seq;
+  memcpy(a->last_hash, a->disk_hash, 65);
+  a->batch.len = 0;
+  if (atomic_load(&a->st_synced_seq) > a->disk_seq) atomic_store(&a->st_synced_seq, a->disk_seq);
+  if (a->bhead) {
+    a->btail->next = a->hhead;
+    if (!a->hhead) a->htail = a->btail;
+    a->hhead = a->bhead;
   }
-  if (a->cfg.fsync == TPU_AUDIT_FSYNC_ALWAYS && do_sync(a, a->blast_seq) != 0) {
-    a->cut_needed = 1; /* not known to be on disk: write it again */
-    enter_failed(a, "fdatasync", errno);
+  a->bhead = a->btail = NULL;
+  a->bcount = 0;
+}
+
+enum { LOST_NONE = 0, LOST_DELETED = 1, LOST_MOVED = 2 };
+
+/* Is the file we write still the one at path? LOST_NONE yes; LOST_DELETED it was unlinked (its
+ * records are gone with it once we close it); LOST_MOVED it was renamed away or the path names
+ * another file now; -1 with errno when that cannot be told. Two system calls. */
+static int file_state(tpu_audit_t *a) {
+  struct stat fs, ps;
+  if (fstat(a->fd, &fs) != 0) return -1;
+  if (fs.st_nlink == 0) return LOST_DELETED;
+  if (stat(a->path, &ps) != 0) return errno == ENOENT || errno == ENOTDIR ? LOST_MOVED : -1;
+  return ps.st_dev == a->dev && ps.st_ino == a->ino ? LOST_NONE : LOST_MOVED;
+}
+
+/* A file-lost warning, at most one a second (each event is also a record in the log). */
+static void warn_lost(tpu_audit_t *a, int deleted, const char *what) {
+  uint64_t now = tpu_now_us();
+  if (a->last_lost_log_us && now - a->last_lost_log_us < 1000000u) {
+    a->lost_log_quiet++;
+    return;
+  }
+  char more[80] = "";
+  if (a->lost_log_quiet)
+    snprintf(more, sizeof more, " (and %" PRIu64 " more times since the last such line)",
+             a->lost_log_quiet);
+  tpu_log(deleted ? TPU_LOG_ERROR : TPU_LOG_WARN, "audit log %s: %s%s", a->path, what, more);
+  a->last_lost_log_us = now;
+  a->lost_log_quiet = 0;
+}
+
+/* Starts a new file at path after ours was deleted or moved away (a->lost_path); the batch that
+ * went into the old file has been unwound into the held list. The new file begins with a "gap"
+ * record (deleted: seq A..B were in it and are gone) or a "rotate" record naming where the old
+ * file went (moved: its records are there), then the held records, seqs continuing. Returns 0
+ * with that batch built, or -1 in the failed state (retried every retry_ms). */
+static int relocate(tpu_audit_t *a) {
+  int moved = a->lost_path == LOST_MOVED;
+  char where[4096] = "";
+  if (moved) {
+    if (a->dirty) { /* what was committed stays in the moved file: on disk before we leave it */
+      if (do_sync(a, a->disk_seq) != 0) {
+        a->sync_failed = 1;
+        enter_failed(a, "fdatasync of the moved-away log file", errno);
+        return -1;
+      }
+      a->sync_failed = 0;
+      mark_synced(a);
+    }
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", a->fd);
+    ssize_t n = readlink(proc, where, sizeof where - 1);
+    where[n > 0 ? (size_t)n : 0] = '\0';
+    /* NFS keeps a deleted open file as .nfsXXXX until it is closed: that is a deletion. */
+    const char *base = strrchr(where, '/');
+    if (strncmp(base ? base + 1 : where, ".nfs", 4) == 0) moved = 0, a->lost_path = LOST_DELETED;
+  }
+  int fd = open(a->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    int e = errno;
+    if (fd >= 0) close(fd);
+    enter_failed(a, "creating the log file again", e);
     return -1;
+  }
+  if (st.st_dev == a->dev && st.st_ino == a->ino) { /* our file is back where it was */
+    close(fd);
+    a->lost_path = 0;
+    build_batch(a);
+    return 0;
+  }
+  if (st.st_size > 0) {
+    char msg[300];
+    snprintf(msg, sizeof msg,
+             "the path now names another file (%lld bytes) that this server did not write; "
+             "it is left alone: move it away and the log is started again there",
+             (long long)st.st_size);
+    close(fd);
+    enter_failed_msg(a, msg);
+    return -1;
+  }
+  fsync_dir(a->path); /* the new name is durable before any record in it counts */
+  node_t *b = NULL;
+  uint64_t first = a->file_first_seq, last = a->disk_seq;
+  char msg[4096 + 600];
+  if (first <= last) { /* committed records of ours were in the old file */
+    if (moved)
+      snprintf(msg, sizeof msg, "previous file: %s (moved away from %s while open)",
+               where[0] ? where : "(new name unknown)", a->path);
+    else
+      snprintf(msg, sizeof msg,
+               TPU__AUDIT_GAP_PFX "%s was deleted while the server had it open, with the %" PRIu64
+               " records in it",
+               first, last, a->path, last - first + 1);
+    b = module_node(moved ? TPU_AUDIT_KIND_ROTATE : TPU_AUDIT_KIND_GAP,
+                    moved ? "OK" : "DATA_LOSS", msg);
+    if (!b) {
+      close(fd);
+      enter_failed(a, "starting a new log file", ENOMEM);
+      return -1;
+    }
+  }
+  close(a->fd); /* a deleted file's space is freed here */
+  a->fd = fd;
+  a->dev = st.st_dev;
+  a->ino = st.st_ino;
+  a->good_off = 0;
+  a->cut_needed = 0;
+  a->file_first_seq = a->disk_seq + 1;
+  a->fresh_file = 1;
+  a->lost_path = 0;
+  if (moved) atomic_fetch_add(&a->st_rotations, 1);
+  else atomic_fetch_add(&a->st_files_deleted, 1);
+  char what[sizeof where + 400];
+  if (moved)
+    snprintf(what, sizeof what, "the file was moved away (to %s) while open: started a new one "
+             "at seq %" PRIu64 ", a rotate record naming the old one first",
+             where[0] ? where : "a name unknown", a->disk_seq + 1);
+  else if (first <= last)
+    snprintf(what, sizeof what, "the file was deleted while open: seq %" PRIu64 "..%" PRIu64
+             " (%" PRIu64 " records) went with it; started a new file at seq %" PRIu64 " with a "
+             "gap record saying so, and the records not yet written go there",
+             first, last, last - first + 1, a->disk_seq + 1);
+  else
+    snprintf(what, sizeof what, "the file was deleted while open before any record was "
+             "committed to it: started a new one");
+  warn_lost(a, !moved && first <= last, what);
+  if (b) batch_add(a, b);
+  build_batch(a);
+  return 0;
+}
+
+/* Appends the pending batch (after cutting off any bytes of an earlier failed attempt) and,
+ * with `always`, syncs it; then checks that the file is still the one at path, and if not,
+ * writes the batch again into a new file there (relocate). Returns 0 when committed. */
+static int commit(tpu_audit_t *a) {
+  int keep_moved = 0;
+  for (int tries = 0;; tries++) {
+    if (a->lost_path) {
+      if (tries > 8) { /* someone keeps deleting it: retry later, failed meanwhile */
+        enter_failed_msg(a, "the log file keeps disappearing as it is written");
+        return -1;
+      }
+      if (relocate(a) != 0) return -1;
+    }
+    if (a->cut_needed) {
+      if (ftruncate(a->fd, (off_t)a->good_off) != 0) {
+        enter_failed(a, "ftruncate of a partial batch", errno);
+        return -1;
+      }
+      a->cut_needed = 0;
+    }
+    size_t off = 0;
+    int werr = 0;
+    const char *wwhat = NULL;
+    while (off < a->batch.len) {
+      int inj = atomic_load(&a->inject);
+      ssize_t w;
+      if (inj) { /* as a full disk would: part of the bytes, then the error */
+        size_t half = (a->batch.len - off) / 2;
+        if (half) (void)!write(a->fd, a->batch.p + off, half);
+        errno = inj;
+        w = -1;
+      } else {
+        w = write(a->fd, a->batch.p + off, a->batch.len - off);
+      }
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        werr = errno;
+        wwhat = "write";
+        break;
+      }
+      off += (size_t)w;
+    }
+    if (!werr && a->cfg.fsync == TPU_AUDIT_FSYNC_ALWAYS && do_sync(a, a->blast_seq) != 0) {
+      werr = errno; /* not known to be on disk: write it again */
+      wwhat = "fdatasync";
+    }
+    /* Written means written into the file at path: a batch that went into a deleted or moved
+     * file does not count (and a failing write into a deleted file is retried in a new one,
+     * which frees the space the deleted one holds). */
+    if (a->check_path && (werr || a->batch.len)) {
+      int where = file_state(a);
+      if (where > 0) {
+        if (where == LOST_MOVED && ftruncate(a->fd, (off_t)a->good_off) != 0) {
+          if (!werr) { /* cannot take it back: it is whole (and synced) in the moved file */
+            keep_moved = 1;
+            break;
+          }
+          tpu_log_error("audit log %s: moved away with a partial batch at its end that cannot "
+                        "be cut off (%s); the batch is written whole into the new file",
+                        a->path, strerror(errno));
+        }
+        unwind(a);
+        a->lost_path = where;
+        continue;
+      }
+      if (where < 0 && !werr) {
+        werr = errno;
+        wwhat = "checking that the log file is still in place (fstat/stat)";
+      }
+    }
+    if (werr) {
+      a->cut_needed = 1;
+      enter_failed(a, wwhat, werr);
+      return -1;
+    }
+    break;
   }
   a->good_off += a->batch.len;
   atomic_fetch_add(&a->st_bytes, a->batch.len);
@@ -539,42 +822,31 @@ static int commit(tpu_audit_t *a) {
   if (!a->sync_failed) leave_failed(a);
   finish_nodes(nodes, TPU_AUDIT_WRITTEN);
   if (always) mark_synced(a); /* flush waiters wake after the callbacks ran */
+  if (keep_moved) a->lost_path = LOST_MOVED; /* the next batch starts the new file */
   return 0;
 }
 
-/* Builds a batch from the held records (and a "lost" record first if any were refused). */
+/* Builds a batch from the held records (after a "lost" record if any were refused), appending
+ * to what batch_add put there. */
 static void build_batch(tpu_audit_t *a) {
   uint64_t lost = atomic_exchange(&a->lost_unreported, 0);
   if (lost) {
     char msg[160];
     snprintf(msg, sizeof msg, "%" PRIu64 " records were refused and not logged", lost);
-    tpu_audit_record_t r = {.kind = TPU_AUDIT_KIND_LOST, .status = "DATA_LOSS", .message = msg};
-    emit(a, &a->batch, &r);
+    node_t *n = module_node(TPU_AUDIT_KIND_LOST, "DATA_LOSS", msg);
+    if (n) batch_add(a, n);
+    else atomic_fetch_add(&a->lost_unreported, lost); /* said in a later batch */
   }
   while (a->hhead && a->bcount < BATCH_MAX) {
     node_t *n = a->hhead;
     a->hhead = n->next;
     if (!a->hhead) a->htail = NULL;
-    n->next = NULL;
-    n->seq = emit(a, &a->batch, &n->rec);
-    if (a->btail) a->btail->next = n;
-    else a->bhead = n;
-    a->btail = n;
-    a->bcount++;
+    batch_add(a, n);
   }
-  a->blast_seq = a->seq;
-  memcpy(a->blast_hash, a->last_hash, 65);
+  batch_seal(a);
 }
 
 static int batch_pending(const tpu_audit_t *a) { return a->batch.len > 0; }
-
-/* Emits one module record and commits it (with whatever else is pending). */
-static int emit_and_commit(tpu_audit_t *a, const tpu_audit_record_t *r) {
-  emit(a, &a->batch, r);
-  a->blast_seq = a->seq;
-  memcpy(a->blast_hash, a->last_hash, 65);
-  return commit(a);
-}
 
 static int sync_now(tpu_audit_t *a) {
   if (!a->dirty) return 0;
@@ -613,28 +885,55 @@ static void write_head(tpu_audit_t *a) {
   a->head_seq = a->disk_seq;
 }
 
-/* Renames the file (if it is still ours) and starts a new one with a "rotate" record. */
-static void rotate(tpu_audit_t *a) {
+/* Renames the file and starts a new one with a "rotate" record. If the file is no longer at
+ * path (logrotate moved it, or it was deleted), the new file is started as after any such
+ * loss (relocate), and a SIGHUP right after that (logrotate's postrotate) renames nothing. */
+static void rotate(tpu_audit_t *a, int sighup) {
   if (a->good_off == 0 || a->disk_seq == 0) return; /* nothing to rotate */
+  int where = file_state(a);
+  if (where < 0) {
+    tpu_log_warn("audit log %s: rotate: %s", a->path, strerror(errno));
+    return;
+  }
+  if (where > 0) {
+    a->lost_path = where;
+    if (commit(a) == 0) write_head(a);
+    a->fresh_file = 0;
+    return;
+  }
+  if (sighup && a->fresh_file) {
+    a->fresh_file = 0;
+    tpu_log_info("audit log %s: SIGHUP: the file was started at seq %" PRIu64 " after the last "
+                 "one was moved or deleted; not rotated again",
+                 a->path, a->file_first_seq);
+    return;
+  }
   if (sync_now(a) != 0) return;
   char rotated[4200], msg[4300];
-  struct stat st;
-  if (stat(a->path, &st) == 0 && st.st_dev == a->dev && st.st_ino == a->ino) {
-    snprintf(rotated, sizeof rotated, "%s.%020" PRIu64, a->path, a->disk_seq);
-    for (int i = 1; access(rotated, F_OK) == 0 && i < 1000; i++)
-      snprintf(rotated, sizeof rotated, "%s.%020" PRIu64 "-%d", a->path, a->disk_seq, i);
-    if (rename(a->path, rotated) != 0) {
-      tpu_log_warn("audit log %s: rotate: rename to %s: %s", a->path, rotated, strerror(errno));
-      return;
-    }
-  } else {
-    snprintf(rotated, sizeof rotated, "(moved away from %s)", a->path);
+  snprintf(rotated, sizeof rotated, "%s.%020" PRIu64, a->path, a->disk_seq);
+  for (int i = 1; access(rotated, F_OK) == 0 && i < 1000; i++)
+    snprintf(rotated, sizeof rotated, "%s.%020" PRIu64 "-%d", a->path, a->disk_seq, i);
+  char *copy = strdup(rotated);
+  snprintf(msg, sizeof msg, "previous file: %s", copy ? basename(copy) : rotated);
+  free(copy);
+  node_t *n = module_node(TPU_AUDIT_KIND_ROTATE, "OK", msg);
+  if (!n) {
+    tpu_log_warn("audit log %s: rotate: out of memory", a->path);
+    return;
   }
+  if (rename(a->path, rotated) != 0) {
+    tpu_log_warn("audit log %s: rotate: rename to %s: %s", a->path, rotated, strerror(errno));
+    free(n);
+    return;
+  }
+  struct stat st;
   int fd = open(a->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
   if (fd < 0 || fstat(fd, &st) != 0) {
-    /* Keep writing where we were (the chain stays whole); retried at the next rotation. */
+    /* Keep writing where we were (the chain stays whole); the next commit finds the file moved
+     * and starts the new one at path (relocate). */
     tpu_log_warn("audit log %s: rotate: open: %s", a->path, strerror(errno));
     if (fd >= 0) close(fd);
+    free(n);
     return;
   }
   fsync_dir(a->path);
@@ -644,12 +943,12 @@ static void rotate(tpu_audit_t *a) {
   a->ino = st.st_ino;
   a->good_off = (uint64_t)st.st_size;
   a->cut_needed = 0;
+  a->file_first_seq = a->disk_seq + 1;
+  a->fresh_file = 0;
   atomic_fetch_add(&a->st_rotations, 1);
-  char *copy = strdup(rotated);
-  snprintf(msg, sizeof msg, "previous file: %s", copy ? basename(copy) : rotated);
-  free(copy);
-  tpu_audit_record_t r = {.kind = TPU_AUDIT_KIND_ROTATE, .status = "OK", .message = msg};
-  if (emit_and_commit(a, &r) == 0) write_head(a);
+  batch_add(a, n);
+  build_batch(a);
+  if (commit(a) == 0) write_head(a);
 }
 
 /* Moves the queue into the held list; returns the requests. */
@@ -708,12 +1007,6 @@ static void fire_pending(tpu_audit_t *a) {
       }
 }
 
-static size_t count_nodes(const node_t *n) {
-  size_t c = 0;
-  for (; n; n = n->next) c++;
-  return c;
-}
-
 static void *writer_main(void *arg) {
   tpu_audit_t *a = arg;
   for (;;) {
@@ -723,12 +1016,12 @@ static void *writer_main(void *arg) {
     uint64_t now = tpu_now_us();
     int failed = atomic_load(&a->failed);
     if (failed && (now >= a->next_retry_us || stop)) {
-      if (batch_pending(a)) {
+      if (batch_pending(a) || a->lost_path) {
         if (commit(a) == 0 && !a->sync_failed) failed = 0;
       } else if (a->sync_failed) {
         if (sync_now(a) == 0) failed = 0;
       }
-      if (!batch_pending(a) && !a->sync_failed) leave_failed(a), failed = 0;
+      if (!batch_pending(a) && !a->sync_failed && !a->lost_path) leave_failed(a), failed = 0;
     }
     if (!failed) {
       while ((a->hhead || atomic_load(&a->lost_unreported)) && !batch_pending(a)) {
@@ -740,8 +1033,9 @@ static void *writer_main(void *arg) {
       fire_pending(a);
     } else {
       if (a->want_rotate || (a->cfg.max_bytes && a->good_off >= a->cfg.max_bytes)) {
+        int sighup = a->want_rotate;
         a->want_rotate = 0;
-        rotate(a);
+        rotate(a, sighup);
       }
       now = tpu_now_us();
       if (a->dirty && (flush || stop ||
@@ -764,8 +1058,9 @@ static void *writer_main(void *arg) {
       if (more) continue;
       if (!atomic_load(&a->failed) && !a->hhead && !batch_pending(a)) break;
       if (atomic_load(&a->failed)) {
-        /* The final retry above failed: give up on what is left. */
-        size_t n = count_nodes(a->bhead) + count_nodes(a->hhead);
+        /* The final retry above failed: give up on what is left (every submitted record in
+         * it counts as lost: the closing line and tpu_audit_shutdown report it). */
+        size_t n = count_caller(a->bhead) + count_caller(a->hhead);
         atomic_fetch_add(&a->st_lost, n);
         if (a->bhead) finish_nodes(a->bhead, TPU_AUDIT_LOST);
         if (a->hhead) finish_nodes(a->hhead, TPU_AUDIT_LOST);
@@ -784,6 +1079,18 @@ static void *writer_main(void *arg) {
 
 /* ---- open: continue the chain ------------------------------------------------------------ */
 
+/* The seq of the file's first line (what a gap record says was lost with the file if it is
+ * deleted); `last` + 1 when the file holds no record, 1 when its first line has no seq. */
+static uint64_t first_seq(tpu_audit_t *a, uint64_t last) {
+  char buf[64];
+  int rfd = open(a->path, O_RDONLY | O_CLOEXEC);
+  ssize_t n = rfd >= 0 ? pread(rfd, buf, sizeof buf, 0) : -1;
+  if (rfd >= 0) close(rfd);
+  if (n <= 0 || last == 0) return last + 1;
+  uint64_t s = tpu__audit_raw_seq(buf, (size_t)n);
+  return s && s <= last ? s : 1;
+}
+
 /* Reads the tail of the log, finds its last record, and vouches for bytes after it. */
 static int recover(tpu_audit_t *a, char *err, size_t errlen) {
   struct stat st;
@@ -796,6 +1103,7 @@ static int recover(tpu_audit_t *a, char *err, size_t errlen) {
   uint64_t size = (uint64_t)st.st_size;
   a->good_off = size;
   memcpy(a->last_hash, TPU__AUDIT_ZERO_HASH, 65);
+  a->file_first_seq = 1;
   if (size == 0) return 0;
   uint64_t wstart = size > TAIL_WINDOW ? size - TAIL_WINDOW : 0;
   size_t wlen = (size_t)(size - wstart);
@@ -854,6 +1162,7 @@ static int recover(tpu_audit_t *a, char *err, size_t errlen) {
   atomic_store(&a->st_seq, a->disk_seq);
   atomic_store(&a->st_synced_seq, a->disk_seq);
   a->head_seq = a->disk_seq;
+  a->file_first_seq = first_seq(a, a->disk_seq);
   if (tail_start < wlen) {
     size_t n = wlen - tail_start;
     int terminated = w[wlen - 1] == '\n';
@@ -954,6 +1263,7 @@ int tpu_audit_open(const tpu_audit_config_t *cfg, tpu_audit_t **out, char *err, 
     }
     write_head(a);
   }
+  a->check_path = 1; /* from now on each commit checks the file is still at path */
   if (pthread_create(&a->thread, NULL, writer_main, a) != 0) {
     snprintf(err, errlen, "audit log: cannot start the writer thread");
     goto fail;
@@ -982,8 +1292,7 @@ static size_t cut_len(const char *s, size_t max) {
   return n;
 }
 
-int tpu_audit_submit(tpu_audit_t *a, const tpu_audit_record_t *rec, tpu_audit_done_fn done,
-                     void *arg) {
+static node_t *make_node(const tpu_audit_record_t *rec, tpu_audit_done_fn done, void *arg) {
   const char *src[F_COUNT] = {rec->kind, rec->request_id, rec->client, rec->model,
                               rec->version, rec->input_sha256, rec->output_sha256, rec->status,
                               rec->message};
@@ -993,16 +1302,13 @@ int tpu_audit_submit(tpu_audit_t *a, const tpu_audit_record_t *rec, tpu_audit_do
     total += len[i] + 1;
   }
   node_t *n = malloc(sizeof *n + total);
-  if (!n) {
-    atomic_fetch_add(&a->st_lost, 1);
-    atomic_fetch_add(&a->lost_unreported, 1);
-    return TPU_AUDIT_LOST;
-  }
+  if (!n) return NULL;
   n->next = NULL;
   n->done = done;
   n->arg = arg;
   n->seq = 0;
   n->fired = 0;
+  n->internal = 0;
   n->rec = *rec;
   const char **dst[F_COUNT] = {&n->rec.kind, &n->rec.request_id, &n->rec.client, &n->rec.model,
                                &n->rec.version, &n->rec.input_sha256, &n->rec.output_sha256,
@@ -1015,6 +1321,17 @@ int tpu_audit_submit(tpu_audit_t *a, const tpu_audit_record_t *rec, tpu_audit_do
     p += len[i] + 1;
   }
   if (!src[F_KIND]) n->rec.kind = TPU_AUDIT_KIND_REQUEST;
+  return n;
+}
+
+int tpu_audit_submit(tpu_audit_t *a, const tpu_audit_record_t *rec, tpu_audit_done_fn done,
+                     void *arg) {
+  node_t *n = make_node(rec, done, arg);
+  if (!n) {
+    atomic_fetch_add(&a->st_lost, 1);
+    atomic_fetch_add(&a->lost_unreported, 1);
+    return TPU_AUDIT_LOST;
+  }
 
   pthread_mutex_lock(&a->mu);
   if (a->stop || a->nsubmitted - a->nretired >= a->cfg.max_pending) {
@@ -1078,6 +1395,7 @@ void tpu_audit_stats(const tpu_audit_t *a, tpu_audit_stats_t *out) {
   out->seq = atomic_load(&a->st_seq);
   out->synced_seq = atomic_load(&a->st_synced_seq);
   out->queued = atomic_load(&a->st_queued);
+  out->files_deleted = atomic_load(&a->st_files_deleted);
   out->failed = atomic_load(&a->failed);
 }
 
@@ -1088,8 +1406,13 @@ void tpu_audit__inject_error(tpu_audit_t *a, int err) {
   pthread_mutex_unlock(&a->mu);
 }
 
-void tpu_audit_close(tpu_audit_t *a) {
-  if (!a) return;
+void tpu_audit_close(tpu_audit_t *a) { tpu_audit_shutdown(a, NULL); }
+
+void tpu_audit_shutdown(tpu_audit_t *a, tpu_audit_stats_t *final) {
+  if (!a) {
+    if (final) memset(final, 0, sizeof *final);
+    return;
+  }
   if (a->started) {
     pthread_mutex_lock(&a->mu);
     a->stop = 1;
@@ -1097,6 +1420,7 @@ void tpu_audit_close(tpu_audit_t *a) {
     pthread_mutex_unlock(&a->mu);
     pthread_join(a->thread, NULL);
   }
+  if (final) tpu_audit_stats(a, final); /* after the writer gave up on what it could not write */
   if (a->fd >= 0) close(a->fd);
   pthread_mutex_destroy(&a->mu);
   pthread_cond_destroy(&a->cv);

@@ -17,6 +17,7 @@
  * off the file with ftruncate), the log enters the failed state and the batch is retried every
  * retry_ms; records submitted meanwhile wait in the queue up to max_pending, beyond which they
  * are refused and counted as lost (a "lost" record saying how many is written on recovery).
+ * Records still unwritten at close are dropped and counted lost too.
  * Fail-closed (default): tpu_audit_admit() is 0 while failed, so the server answers new requests
  * UNAVAILABLE, and callbacks of unwritten records wait. Fail-open: admit() stays 1 and the
  * callbacks of records that cannot be written yet fire at once with TPU_AUDIT_PENDING.
@@ -51,9 +52,30 @@
  *
  * ROTATION
  * At max_bytes (checked after each batch, so a file may exceed it by one batch) or on
- * tpu_audit_reopen() (SIGHUP), the file is renamed to <path>.<last seq, 20 digits> (if the path
- * no longer names our file - an external logrotate moved it - it is left where it is) and a new
- * <path> starts with a "rotate" record whose prev is the last hash of the old file.
+ * tpu_audit_reopen() (SIGHUP), the file is renamed to <path>.<last seq, 20 digits> and a new
+ * <path> starts with a "rotate" record whose prev is the last hash of the old file. If the path
+ * no longer names our file (logrotate moved it, or it was deleted), the new file is started as
+ * below and nothing is renamed; a SIGHUP that comes after the writer already did that (the
+ * postrotate of logrotate) renames nothing either.
+ *
+ * THE FILE DELETED, MOVED OR REPLACED WHILE OPEN
+ * "Written" means written into the file at path. After each batch's write(2) (and fdatasync
+ * with `always`), before any of its callbacks run, the writer checks fstat(fd).st_nlink and
+ * that stat(path) is still our dev/inode (two system calls a batch; also after a failed write,
+ * so deleting the log of a full disk frees its space). If not, the batch does not count: it is
+ * cut back off the old file and its records are re-sequenced into a new file created at path
+ * (mode 0640, directory fsync'd), which starts with
+ *   - deleted (st_nlink 0): a "gap" record, status DATA_LOSS, message
+ *     "seq A..B are not in the log: <path> was deleted while the server had it open, ...",
+ *     A = the first seq of the deleted file, B = its last committed one (gap record = B + 1);
+ *   - moved or replaced: a "rotate" record "previous file: <where it went> (moved away from
+ *     <path> while open)"; what was committed stays whole in the moved file.
+ * An error line says so (at most one a second). If a new file cannot be created, or the path
+ * names a non-empty file this server did not write (left alone), the log is in the failed state
+ * (fail-closed: UNAVAILABLE; fail-open: callbacks PENDING) and retried every retry_ms. So every
+ * record a callback was told WRITTEN was in the file at path when it was told, and records that
+ * were there and went with a deleted file are named by a gap record in the chain. Noticed at the
+ * next batch or SIGHUP, not while idle.
  *
  * HEAD FILE
  * Every head_interval_ms (and on rotation and close), after fdatasync of the log, the writer
@@ -84,8 +106,10 @@
  *   SIGHUP handler (main event loop): tpu_audit_reopen(a) next to the repository rescan.
  *   SIGUSR1 / stats: tpu_audit_stats(a, &st) -> log its counters.
  *   SIGTERM drain: in-flight calls finish (their responses wait for done()); then submit
- *     "stop", tpu_audit_flush(a, remaining drain ms), and tpu_audit_close(a) BEFORE the I/O
- *     threads are stopped (close may still run done() with TPU_AUDIT_LOST, which queues to them).
+ *     "stop", tpu_audit_flush(a, remaining drain ms), and tpu_audit_shutdown(a, &final) BEFORE
+ *     the I/O threads are stopped (close may still run done() with TPU_AUDIT_LOST, which queues
+ *     to them); log final.records_lost, which counts what close gave up on. The writer appends
+ *     "; N audit records lost since start" to the "stop" record's message when it writes it.
  *   tpuctl: `audit verify` -> tpu_audit_verify_cli (audit_verify.h); link server/audit.c,
  *     audit_verify.c and log.c (jansson, libcrypto, pthread) or the tpuserver library.
  */
@@ -118,6 +142,7 @@ typedef enum {
 #define TPU_AUDIT_KIND_RECOVERED "recovered"     /* vouches for a torn tail found at open */
 #define TPU_AUDIT_KIND_LOST "lost"               /* N records were refused while failed */
 #define TPU_AUDIT_KIND_ROLLBACK "rollback"       /* head file was ahead of the log at open */
+#define TPU_AUDIT_KIND_GAP "gap"                 /* seq A..B went with a deleted file */
 
 /* Completion status passed to a record's callback. */
 #define TPU_AUDIT_WRITTEN 0  /* written (with `always`: and on disk, fdatasync done) */
@@ -204,7 +229,8 @@ typedef struct {
   uint64_t rotations;       /* files rotated */
   uint64_t seq;             /* last seq written */
   uint64_t synced_seq;      /* last seq known to be on disk */
-  uint64_t queued;          /* records waiting */
+  uint64_t queued;          /* records waiting: submitted, not written yet */
+  uint64_t files_deleted;   /* times the file was found deleted while open (gap records) */
   int failed;               /* 1 in the failed state */
 } tpu_audit_stats_t;
 
@@ -214,6 +240,10 @@ void tpu_audit_stats(const tpu_audit_t *a, tpu_audit_stats_t *out);
  * the writer and frees everything. Callbacks of records that could not be written get
  * TPU_AUDIT_LOST. Submit a "stop" record first. Accepts NULL. */
 void tpu_audit_close(tpu_audit_t *a);
+
+/* tpu_audit_close, and *final (may be NULL) = the counters after it: records_lost then includes
+ * the records close gave up on, so it is exactly the submitted records that were not written. */
+void tpu_audit_shutdown(tpu_audit_t *a, tpu_audit_stats_t *final);
 
 /* The gRPC code name for a status code (0 "OK" ... 16 "UNAUTHENTICATED"); "UNKNOWN" outside. */
 const char *tpu_audit_grpc_name(int code);

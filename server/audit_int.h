@@ -5,6 +5,7 @@
 #ifndef TPU_AUDIT_INT_H
 #define TPU_AUDIT_INT_H
 
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -13,6 +14,10 @@
 #define TPU__AUDIT_HASH_SEP ",\"hash\":\""
 /* "torn tail: N bytes, sha256 HEX" - the message of a "recovered" record. */
 #define TPU__AUDIT_TORN_FMT "torn tail: %zu bytes, sha256 %s"
+/* The message of a "gap" record starts with "seq A..B are not in the log: " (then why): the
+ * records A..B (B = the gap record's seq - 1) were written and then destroyed with their file
+ * (deleted while the server had it open). The verifier lets the chain resume after it. */
+#define TPU__AUDIT_GAP_PFX "seq %" PRIu64 "..%" PRIu64 " are not in the log: "
 
 /* hash (65 bytes with NUL) of canonical bytes: HMAC-SHA256 when keylen > 0, else SHA-256. */
 void tpu__audit_mac(const uint8_t *key, size_t keylen, const void *data, size_t len,
@@ -37,6 +42,9 @@ typedef struct {
 /* Parses and checks one line (without its newline) against key (keylen 0: plain SHA-256). */
 tpu__line_result_t tpu__audit_parse_line(const char *line, size_t len, const uint8_t *key,
                                          size_t keylen, tpu__audit_line_t *out);
+
+/* Reads A..B from a "gap" record's message; 0 when it is not in that form. */
+int tpu__audit_gap_range(const char *message, uint64_t *first, uint64_t *last);
 
 /* The seq of a line that may be damaged, read from its leading {"seq":N; 0 when absent. */
 uint64_t tpu__audit_raw_seq(const char *line, size_t len);

@@ -7,6 +7,8 @@
  * previous record (seq + 1, prev = previous hash). A gap is told apart from a swap by peeking at
  * the next line. Lines that are not records start a "region" that must be closed by a
  * "recovered" record vouching for exactly its bytes, else the first of them is the fault.
+ * A "gap" record is the one accepted break of the chain (audit_verify.h GAPS); records that
+ * state a loss go to opts.warn as they are met.
  * Never writes anything; never allocates more than the longest line.
  */
 #define _GNU_SOURCE /* getline */
@@ -38,6 +40,7 @@ typedef struct {
   int have_head;
   uint64_t head_seq;
   char head_hash[65];
+  int head_in_gap; /* the head file's seq fell in a gap: its hash was not checked */
   /* The open region of non-record lines. */
   int region;
   const char *rfile;
@@ -62,6 +65,19 @@ static tpu_audit_fault_t fault(vstate_t *v, tpu_audit_fault_t f, const char *fil
   vsnprintf(r->what, sizeof r->what, fmt, ap);
   va_end(ap);
   return f;
+}
+
+static void note(vstate_t *v, const char *file, uint64_t line, uint64_t seq, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static void note(vstate_t *v, const char *file, uint64_t line, uint64_t seq, const char *fmt, ...) {
+  if (!v->o->warn) return;
+  char what[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  v->o->warn(v->o->warn_arg, file, line, seq, what);
 }
 
 static void region_add(vstate_t *v, const char *file, uint64_t line, const char *s, size_t n,
@@ -132,10 +148,26 @@ static int read_head(vstate_t *v, const char *path) {
   return 0;
 }
 
+/* A gap record's range A..B when it is well formed (B = its seq - 1). */
+static int gap_of(const tpu__audit_line_t *L, uint64_t *first, uint64_t *last) {
+  return strcmp(L->kind, TPU_AUDIT_KIND_GAP) == 0 &&
+         tpu__audit_gap_range(L->message, first, last) && *last + 1 == L->seq;
+}
+
+/* A gap accepted: seq from..L->seq-1 are vouched missing. */
+static void take_gap(vstate_t *v, const tpu__audit_line_t *L, uint64_t from) {
+  v->res->missing += L->seq - from;
+  v->res->gaps++;
+  if (v->have_head && v->head_seq >= from && v->head_seq < L->seq) v->head_in_gap = 1;
+}
+
 /* Checks one valid record against the chain; returns OK or the fault. */
 static tpu_audit_fault_t check_record(vstate_t *v, const tpu__audit_line_t *L, const char *file,
                                       uint64_t lineno, FILE *f) {
   tpu_audit_verify_result_t *r = v->res;
+  uint64_t gfirst = 0, glast = 0;
+  int gap = gap_of(L, &gfirst, &glast);
+  int present = 0; /* a gap record whose records are there after all */
   if (v->have_last) {
     uint64_t want = r->last_seq + 1;
     if (L->seq == want) {
@@ -144,6 +176,7 @@ static tpu_audit_fault_t check_record(vstate_t *v, const tpu__audit_line_t *L, c
                      "chain broken: prev of seq %" PRIu64 " is not the hash of seq %" PRIu64
                      " (a record was inserted or replaced)",
                      L->seq, r->last_seq);
+      present = gap;
     } else if (L->seq == r->last_seq) {
       return fault(v, TPU_AUDIT_FAULT_DUPLICATED, file, lineno, L->seq,
                    "duplicated: seq %" PRIu64 " appears twice%s", L->seq,
@@ -151,6 +184,8 @@ static tpu_audit_fault_t check_record(vstate_t *v, const tpu__audit_line_t *L, c
     } else if (L->seq < r->last_seq) {
       return fault(v, TPU_AUDIT_FAULT_REORDERED, file, lineno, L->seq,
                    "reordered: seq %" PRIu64 " comes after seq %" PRIu64, L->seq, r->last_seq);
+    } else if (gap && gfirst <= want) {
+      take_gap(v, L, want); /* the log says what is missing, and why */
     } else {
       /* A gap: is the missing record just after this one (a swap)? */
       char *peek = NULL;
@@ -161,6 +196,11 @@ static tpu_audit_fault_t check_record(vstate_t *v, const tpu__audit_line_t *L, c
       if (next == want)
         return fault(v, TPU_AUDIT_FAULT_REORDERED, file, lineno, L->seq,
                      "reordered: seq %" PRIu64 " comes before seq %" PRIu64, L->seq, want);
+      if (gap) /* a gap record, but its range starts after the records that are missing */
+        return fault(v, TPU_AUDIT_FAULT_MISSING, file, lineno, L->seq,
+                     "missing: seq %" PRIu64 "..%" PRIu64 " are not there; the gap record at seq "
+                     "%" PRIu64 " accounts only for seq %" PRIu64 "..%" PRIu64,
+                     want, gfirst - 1, L->seq, gfirst, glast);
       if (L->seq - want == 1)
         return fault(v, TPU_AUDIT_FAULT_MISSING, file, lineno, L->seq,
                      "missing: seq %" PRIu64 " is not there (1 record removed before seq %" PRIu64
@@ -177,19 +217,43 @@ static tpu_audit_fault_t check_record(vstate_t *v, const tpu__audit_line_t *L, c
                    "chain broken: seq %" PRIu64 " %s", L->seq,
                    genesis ? "claims to be the first record (zero prev)"
                            : "is seq 1 but its prev is not zero");
-    /* A log starts at seq 1; a later file of it starts with the rotate record. */
-    if (L->seq != 1 && strcmp(L->kind, TPU_AUDIT_KIND_ROTATE) != 0)
+    /* A log starts at seq 1, or with a gap record for seq 1..B. A later file on its own starts
+     * with a rotate record (or a gap record for A..B): the records before it are elsewhere, so
+     * that is a fault unless the caller says the files are only the end of the log. */
+    uint64_t start = L->seq;
+    if (gap && gfirst == 1) {
+      start = 1;
+      take_gap(v, L, 1);
+    } else if (L->seq != 1 && (gap || strcmp(L->kind, TPU_AUDIT_KIND_ROTATE) == 0)) {
+      start = gap ? gfirst : L->seq;
+      if (!v->o->partial)
+        return fault(v, TPU_AUDIT_FAULT_MISSING, file, lineno, L->seq,
+                     "missing: the log given starts at seq %" PRIu64 " (%s record: %.200s); "
+                     "seq 1..%" PRIu64 " are not in the files given: pass the earlier files "
+                     "too, oldest first (or --partial to check only these)",
+                     L->seq, L->kind, L->message, start - 1);
+      if (gap) take_gap(v, L, gfirst);
+      note(v, file, lineno, L->seq,
+           "seq 1..%" PRIu64 " are not in the files given (--partial): not checked", start - 1);
+    } else if (L->seq != 1) {
       return fault(v, TPU_AUDIT_FAULT_MISSING, file, lineno, L->seq,
                    "missing: the first record is seq %" PRIu64 " (%s), neither seq 1 nor the "
                    "rotate record a file starts with: records before it were removed",
                    L->seq, L->kind);
-    r->first_seq = L->seq;
+    }
+    r->first_seq = start;
   }
   if (v->have_head && L->seq == v->head_seq && strcmp(L->hash, v->head_hash) != 0)
     return fault(v, TPU_AUDIT_FAULT_REWRITTEN, file, lineno, L->seq,
                  "rewritten: seq %" PRIu64 " has hash %.12s..., the head file says %.12s...: "
                  "the log from here on was rewritten",
                  L->seq, L->hash, v->head_hash);
+  if (gap || strcmp(L->kind, TPU_AUDIT_KIND_LOST) == 0 ||
+      strcmp(L->kind, TPU_AUDIT_KIND_ROLLBACK) == 0) {
+    r->losses++;
+    note(v, file, lineno, L->seq, "%s: %s%s", L->kind, L->message,
+         present ? " (but they are in the files given, and the chain holds)" : "");
+  }
   v->have_last = 1;
   r->last_seq = L->seq;
   memcpy(r->last_hash, L->hash, 65);
@@ -289,6 +353,11 @@ tpu_audit_fault_t tpu_audit_verify(const char *const *files, size_t nfiles,
                  "head file seq %" PRIu64 " is before the first record given (seq %" PRIu64
                  "): pass the older files too",
                  v.head_seq, res->first_seq);
+  res->head_in_gap = v.head_in_gap;
+  if (v.head_in_gap)
+    note(&v, v.o->head_path, 0, v.head_seq,
+         "the head file's seq %" PRIu64 " is in a gap: its hash could not be checked",
+         v.head_seq);
   return TPU_AUDIT_VERIFY_OK;
 }
 
@@ -296,7 +365,8 @@ tpu_audit_fault_t tpu_audit_verify(const char *const *files, size_t nfiles,
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: tpuctl audit verify [--key FILE] [--head FILE] [--allow-torn] FILE...\n"
+          "usage: tpuctl audit verify [--key FILE] [--head FILE] [--allow-torn] [--partial] "
+          "FILE...\n"
           "\n"
           "Checks an audit log: sequence, hash chain and each record's hash. Give rotated\n"
           "files oldest first (e.g. audit.log.0* audit.log).\n"
@@ -305,16 +375,37 @@ static void usage(FILE *f) {
           "  --head FILE    head file (tpud --audit-head, a copy kept elsewhere): detects a log\n"
           "                 that was cut at the end, rewritten, or restored from an older copy\n"
           "  --allow-torn   exit 0 when the only fault is a torn last line (after a crash)\n"
+          "  --partial      the files are only the end of the log (earlier files archived\n"
+          "                 elsewhere): accept a first file that starts at a rotate or gap\n"
+          "                 record instead of seq 1; the verdict says where it starts\n"
           "  -h, --help     this text\n"
           "\n"
-          "Prints OK with the record count and the chain head, or the first bad record (file,\n"
-          "line, seq) and what is wrong with it. Exit status: 0 OK, 1 fault, 2 usage or an\n"
-          "unreadable file.\n");
+          "The log must start at seq 1 and each record follow the one before it. The only\n"
+          "break accepted is a gap record (the server found its file deleted and says which\n"
+          "seqs went with it); each record that states a loss (gap, lost, rollback) is printed\n"
+          "as a WARNING line. Prints OK with the record count and the chain head, or the first\n"
+          "bad record (file, line, seq) and what is wrong with it. Exit status: 0 OK, 1 fault,\n"
+          "2 usage or an unreadable file.\n");
+}
+
+#define CLI_WARN_MAX 20 /* WARNING lines printed; the rest are counted */
+
+typedef struct {
+  FILE *out;
+  uint64_t n;
+} cli_warn_t;
+
+static void cli_warn(void *arg, const char *file, uint64_t line, uint64_t seq, const char *what) {
+  cli_warn_t *w = arg;
+  (void)seq;
+  if (++w->n > CLI_WARN_MAX) return;
+  if (line) fprintf(w->out, "WARNING: %s line %" PRIu64 ": %s\n", file, line, what);
+  else fprintf(w->out, "WARNING: %s\n", what);
 }
 
 int tpu_audit_verify_cli(int argc, char **argv, FILE *out, FILE *err) {
   const char *key_path = NULL, *head_path = NULL;
-  int allow_torn = 0, i = 1;
+  int allow_torn = 0, partial = 0, i = 1;
   for (; i < argc; i++) {
     const char *a = argv[i];
     const char **dst = NULL;
@@ -329,6 +420,10 @@ int tpu_audit_verify_cli(int argc, char **argv, FILE *out, FILE *err) {
     }
     if (strcmp(a, "--allow-torn") == 0) {
       allow_torn = 1;
+      continue;
+    }
+    if (strcmp(a, "--partial") == 0) {
+      partial = 1;
       continue;
     }
     if (strncmp(a, "--key", 5) == 0 && (a[5] == '\0' || a[5] == '=')) dst = &key_path, name = "--key";
@@ -369,8 +464,10 @@ int tpu_audit_verify_cli(int argc, char **argv, FILE *out, FILE *err) {
       return 2;
     }
   }
+  cli_warn_t w = {.out = out};
   tpu_audit_verify_opts_t o = {.key = keylen ? key : NULL, .keylen = (size_t)keylen,
-                               .head_path = head_path};
+                               .head_path = head_path, .partial = partial, .warn = cli_warn,
+                               .warn_arg = &w};
   tpu_audit_verify_result_t *r = malloc(sizeof *r);
   if (!r) {
     fprintf(err, "tpuctl audit verify: out of memory\n");
@@ -378,6 +475,9 @@ int tpu_audit_verify_cli(int argc, char **argv, FILE *out, FILE *err) {
   }
   size_t nfiles = (size_t)(argc - i);
   tpu_audit_fault_t f = tpu_audit_verify((const char *const *)argv + i, nfiles, &o, r);
+  if (w.n > CLI_WARN_MAX)
+    fprintf(out, "WARNING: ... and %" PRIu64 " more warnings (%" PRIu64 " in all)\n",
+            w.n - CLI_WARN_MAX, w.n);
   int rc;
   char where[1200] = "";
   if (f != TPU_AUDIT_VERIFY_OK && r->line)
@@ -394,7 +494,20 @@ int tpu_audit_verify_cli(int argc, char **argv, FILE *out, FILE *err) {
       fprintf(out, ", seq %" PRIu64 "..%" PRIu64 ", head seq %" PRIu64 " hash %s", r->first_seq,
               r->last_seq, r->last_seq, r->last_hash);
     fprintf(out, " (%zu file%s%s", nfiles, nfiles == 1 ? "" : "s", keylen ? ", HMAC" : "");
-    if (head_path) fprintf(out, ", matches head file at seq %" PRIu64, r->head_seq);
+    if (head_path && r->head_in_gap)
+      fprintf(out, ", head file seq %" PRIu64 " is in a gap (not compared)", r->head_seq);
+    else if (head_path)
+      fprintf(out, ", matches head file at seq %" PRIu64, r->head_seq);
+    if (r->records && r->first_seq > 1)
+      fprintf(out, ", starts at seq %" PRIu64 " (--partial: earlier files not checked)",
+              r->first_seq);
+    if (r->gaps)
+      fprintf(out, ", %" PRIu64 " record%s missing as %" PRIu64 " gap record%s say%s", r->missing,
+              r->missing == 1 ? "" : "s", r->gaps, r->gaps == 1 ? "" : "s",
+              r->gaps == 1 ? "s" : "");
+    if (r->losses)
+      fprintf(out, ", %" PRIu64 " record%s stating a loss (WARNING above)", r->losses,
+              r->losses == 1 ? "" : "s");
     if (r->recovered)
       fprintf(out, ", %" PRIu64 " torn tail%s vouched for by recovered records", r->recovered,
               r->recovered == 1 ? "" : "s");

@@ -4,11 +4,19 @@
  * DESIGN
  * Pure functions over files: read-only, no global state, no threads, streaming (one line in
  * memory at a time, so multi-gigabyte logs verify in constant memory). Files are given oldest
- * first (rotated files sort by name: <log>.<20-digit seq>..., then <log>). The first record
- * given must be seq 1 or a "rotate" record (so removing the start of a file is caught), each
- * next one seq + 1 with prev = the previous hash. Verification stops
- * at the first fault and names it: file, line, seq, and what is wrong. The record format and
- * the canonical bytes are defined in audit.h.
+ * first (rotated files sort by name: <log>.<20-digit seq>..., then <log>). The log given must
+ * start at seq 1: a first record that is a "rotate" record (a later file on its own) is a
+ * MISSING fault unless opts.partial says the earlier files are elsewhere. Each next record is
+ * seq + 1 with prev = the previous hash. Verification stops at the first fault and names it:
+ * file, line, seq, and what is wrong. The record format and the canonical bytes are defined in
+ * audit.h.
+ *
+ * GAPS. The only accepted break in the chain is a "gap" record (written by the server when it
+ * found its file deleted while open) whose message begins "seq A..B are not in the log: ":
+ * it must be seq B + 1 and come right after seq A - 1 (or be the first record, with A = 1),
+ * and its prev (the hash of B) cannot be checked. Its range is counted in res->missing and,
+ * like every record that states a loss ("gap", "lost", "rollback"), reported through
+ * opts.warn: the log is whole as far as it says, and it says what it is missing.
  *
  * A torn last line (no newline at the end of the last file) is reported distinctly: it is what
  * kill -9 or a power cut leaves, and the only fault a crash can cause. Bytes that are not a
@@ -38,10 +46,19 @@ typedef enum {
   TPU_AUDIT_FAULT_IO        /* a file (log, key, head) could not be read */
 } tpu_audit_fault_t;
 
+/* A record that states a loss, or a note on what was not checked: file and line (0: none), the
+ * record's seq (0: none), and the text. */
+typedef void (*tpu_audit_warn_fn)(void *arg, const char *file, uint64_t line, uint64_t seq,
+                                  const char *what);
+
 typedef struct {
   const uint8_t *key;    /* HMAC key (tpu_audit_load_key); NULL = plain SHA-256 */
   size_t keylen;
   const char *head_path; /* head file to check the end of the log against; NULL = none */
+  int partial;           /* the files are the end of a longer log: accept a first record that
+                          * is a "rotate" (or "gap") record; first_seq says where it starts */
+  tpu_audit_warn_fn warn; /* may be NULL */
+  void *warn_arg;
 } tpu_audit_verify_opts_t;
 
 typedef struct {
@@ -50,7 +67,12 @@ typedef struct {
   uint64_t first_seq, last_seq;
   char last_hash[65];       /* the head of the chain: hash of last_seq */
   uint64_t recovered;       /* torn tails vouched for by "recovered" records */
+  uint64_t missing;         /* seqs in [first_seq, last_seq] vouched missing by gap records:
+                             * records + missing = last_seq - first_seq + 1 */
+  uint64_t gaps;            /* gap records accepted */
+  uint64_t losses;          /* records that state a loss (gap, lost, rollback) */
   uint64_t head_seq;        /* the head file's seq when one was checked */
+  int head_in_gap;          /* ... and it is in a gap, so its hash could not be compared */
   /* Where the fault is (fault != OK): */
   char file[1024];
   uint64_t line;            /* 1-based line number in file */
@@ -67,8 +89,9 @@ tpu_audit_fault_t tpu_audit_verify(const char *const *files, size_t nfiles,
  * "rolled back", "rewritten", "head", "io". */
 const char *tpu_audit_fault_name(tpu_audit_fault_t f);
 
-/* `tpuctl audit verify [--key FILE] [--head FILE] [--allow-torn] FILE...`: argv[0] is the
- * subcommand name ("verify"), options follow. Prints the verdict to out ("OK: ..." or
+/* `tpuctl audit verify [--key FILE] [--head FILE] [--allow-torn] [--partial] FILE...`: argv[0]
+ * is the subcommand name ("verify"), options follow. Prints one "WARNING: ..." line per
+ * record that states a loss (at most 20, then a count), then the verdict to out ("OK: ..." or
  * "FAULT: ..."/"TORN: ..."), usage errors to err. Returns the exit status: 0 OK (or only a torn
  * tail with --allow-torn), 1 a fault, 2 usage error or an unreadable file. tpuctl calls it as
  *   if (argc > 2 && !strcmp(argv[1], "audit") && !strcmp(argv[2], "verify"))

@@ -120,12 +120,15 @@ void tpu__audit_stop(tpu_server_t *srv, const char *why, unsigned timeout_ms) {
     tpu_log_error("audit log: records still unwritten after %u ms; closing anyway", timeout_ms);
   atomic_store(&srv->audit_closed, 1);
   while (atomic_load(&srv->audit_users)) sched_yield(); /* a submit or two: microseconds */
+  /* The counters after close: what it gave up on (records still unwritten, e.g. with
+   * --audit-fail-open and a full disk) counts as lost, so "lost" is exactly the records
+   * submitted and not written, the "stop" record among them when it could not be written. */
   tpu_audit_stats_t st;
-  tpu_audit_stats(srv->audit, &st);
-  tpu_audit_close(srv->audit); /* may complete calls (TPU_AUDIT_LOST): they queue to I/O */
-  tpu_log_info("audit log closed: %llu records written (last seq %llu), %llu lost, %llu bytes",
-               (unsigned long long)st.records_written, (unsigned long long)st.seq,
-               (unsigned long long)st.records_lost, (unsigned long long)st.bytes_written);
+  tpu_audit_shutdown(srv->audit, &st); /* may complete calls (TPU_AUDIT_LOST): they queue to I/O */
+  tpu_log(st.records_lost ? TPU_LOG_ERROR : TPU_LOG_INFO,
+          "audit log closed: %llu records written (last seq %llu), %llu lost, %llu bytes",
+          (unsigned long long)st.records_written, (unsigned long long)st.seq,
+          (unsigned long long)st.records_lost, (unsigned long long)st.bytes_written);
 }
 
 int tpu__audit_admit(tpu_server_t *srv) {

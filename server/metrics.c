@@ -240,9 +240,13 @@ static void render_audit(tpu_mbuf_t *b, tpu_server_t *srv) {
       {"tpud_audit_fsyncs_total", "counter", "fdatasync calls of the audit log that succeeded"},
       {"tpud_audit_failed", "gauge",
        "1 while the audit log cannot be written (fail-closed: requests get UNAVAILABLE)"},
+      {"tpud_audit_records_pending", "gauge",
+       "audit records submitted and not yet written (fail-open: answered, lost if never written)"},
+      {"tpud_audit_files_deleted_total", "counter",
+       "times the audit log file was found deleted while open (a gap record says which seqs)"},
   };
   uint64_t v[] = {st.records_written, st.records_lost, st.bytes_written, st.fsyncs,
-                  (uint64_t)st.failed};
+                  (uint64_t)st.failed, st.queued, st.files_deleted};
   for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
     tpu_metrics_family(b, fam[i].name, fam[i].type, fam[i].help);
     tpu_metrics_u64(b, fam[i].name, NULL, 0, v[i]);

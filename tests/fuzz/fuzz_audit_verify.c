@@ -5,9 +5,11 @@
  * The verifier reads files, so the input is written to memfds (no disk, no cleanup) and the
  * verifier is given their /proc/self/fd paths. Byte 0 holds flags: bit 0 verifies with an HMAC
  * key (the bytes "fuzz-key"), bit 1 splits the log into two files (a rotation) at the position
- * byte 1 gives, bit 2 takes everything after the first NUL as the head file. The result must be
- * self-consistent: OK means every record counted and no fault location; a fault has a name, a
- * message, and a line number when it is not about the head file or I/O.
+ * byte 1 gives, bit 2 takes everything after the first NUL as the head file, bit 3 verifies with
+ * --partial. The result must be self-consistent: OK means every seq from first to last is a
+ * record counted or vouched missing by a gap record (and without --partial the log starts at
+ * seq 1), every warning has text; a fault has a name, a message, and a line number when it is
+ * not about the head file or I/O.
  */
 #define _GNU_SOURCE /* memfd_create */
 #include <stdint.h>
@@ -18,6 +20,12 @@
 #include <unistd.h>
 
 #include "audit_verify.h"
+
+static void on_warn(void *arg, const char *file, uint64_t line, uint64_t seq, const char *what) {
+  (void)file, (void)line, (void)seq;
+  if (!what || !what[0]) abort();
+  (*(uint64_t *)arg)++;
+}
 
 static int memfile(const char *name, const uint8_t *p, size_t n, char *path, size_t pathlen) {
   int fd = memfd_create(name, MFD_CLOEXEC);
@@ -60,7 +68,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fds[1] = memfile("log.1", data + split, log_len - split, p1, sizeof p1);
     nfiles = 2;
   }
-  tpu_audit_verify_opts_t opts = {0};
+  uint64_t warnings = 0;
+  tpu_audit_verify_opts_t opts = {.partial = (flags & 8) != 0, .warn = on_warn,
+                                  .warn_arg = &warnings};
   if (flags & 1) {
     opts.key = (const uint8_t *)"fuzz-key";
     opts.keylen = 8;
@@ -75,8 +85,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (f != res.fault) abort();
   if (!strcmp(tpu_audit_fault_name(f), "unknown")) abort();
   if (f == TPU_AUDIT_VERIFY_OK) {
-    if (res.records && res.last_seq - res.first_seq + 1 != res.records) abort();
+    if (res.records && res.last_seq - res.first_seq + 1 != res.records + res.missing) abort();
     if (res.records && strlen(res.last_hash) != 64) abort();
+    if (res.records && !(flags & 8) && res.first_seq != 1) abort();
+    if (res.gaps > res.losses || warnings < res.losses) abort();
   } else {
     if (!memchr(res.what, 0, sizeof res.what) || !res.what[0]) abort();
     if (!memchr(res.file, 0, sizeof res.file)) abort();

@@ -193,7 +193,7 @@ p = os.path.join(ROOT, "models", "digits", "1", "model.safetensors")
 if os.path.exists(p):
     write("fuzz_safetensors", "digits", open(p, "rb").read())
 
-# fuzz_audit_verify: byte 0 flags (1 key, 2 split at byte 1, 4 head after NUL).
+# fuzz_audit_verify: byte 0 flags (1 key, 2 split at byte 1, 4 head after NUL, 8 --partial).
 def audit_log(n, key=None, torn=False):
     mac = lambda b: (hmac.new(key, b, hashlib.sha256) if key else hashlib.sha256(b)).hexdigest()
     prev, lines = "0" * 64, []
@@ -219,6 +219,18 @@ write("fuzz_audit_verify", "hmac_head", b"\x05\x00" + klog + b"\x00" + khead)
 write("fuzz_audit_verify", "torn", b"\x00\x00" + log[:-30])
 lines = log.split(b"\n")
 write("fuzz_audit_verify", "swapped", b"\x00\x00" + b"\n".join([lines[0], lines[2], lines[1]] + lines[3:]))
+# A gap record (seq 5 saying 3..4 went with a deleted file) after seq 2; a rotate record first.
+def audit_line(seq, prev, kind, msg):
+    rec = ('{"seq":%d,"time":"2024-05-06T07:08:00.000000Z","kind":"%s","request_id":"",'
+           '"client":"","model":"","version":"","input_sha256":"","output_sha256":"",'
+           '"status":"DATA_LOSS","message":"%s","queue_us":0,"compute_us":0,"batch_id":0,'
+           '"bucket":0,"prev":"%s"' % (seq, kind, msg, prev))
+    h = hashlib.sha256((rec + "}").encode()).hexdigest()
+    return (rec + ',"hash":"%s"}\n' % h).encode(), h
+g, gh = audit_line(5, "ab" * 32, "gap", "seq 3..4 are not in the log: audit.log was deleted")
+r6, _ = audit_line(6, gh, "request", "")
+write("fuzz_audit_verify", "gap", b"\x00\x00" + b"\n".join(lines[:2]) + b"\n" + g + r6)
+write("fuzz_audit_verify", "partial", b"\x08\x00" + b"\n".join(lines[5:]))
 
 # fuzz_http_parser: byte 0 limits (2: 8 KiB head; bit 2: 100-byte body limit).
 heads = {

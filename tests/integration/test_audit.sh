@@ -4,7 +4,10 @@
 # and the independent audit_verify.py agreeing, tamper detection, kill -9 under load with
 # --audit-fsync always (every request a client saw succeed has its record; the chain continues
 # after restart), fail-closed on a full disk (a small tmpfs, or a file-size limit when mounting
-# is not permitted) and recovery, and SIGHUP rotation keeping the chain.
+# is not permitted) and recovery, and SIGHUP rotation keeping the chain; the live log deleted
+# (under load, then with SIGHUP, and on a full disk) or moved aside, where nothing answered may
+# be silently unrecorded and verify must not call a silent gap OK; and the exact count of lost
+# records in the closing line when fail-open meets a full disk.
 # $1 = build directory, $2 = source directory.
 set -u
 BUILD=$1
@@ -22,9 +25,11 @@ VERIFY_PY=$SRC/tests/integration/audit_verify.py
 WORK=$(mktemp -d)
 PID=
 MNT=
+MNT2=
 cleanup() {
   [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null
   [ -n "$MNT" ] && umount "$MNT" 2>/dev/null
+  [ -n "$MNT2" ] && umount "$MNT2" 2>/dev/null
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -302,6 +307,206 @@ out=$("$TPUCTL" audit verify "$D/audit.log")
 $PY "$VERIFY_PY" "$D/audit.log" >/dev/null || fail "audit_verify.py after disk full"
 grep -q '"request_id":"'$HELD'","client":"[^"]*","model":"digits","version":"1","input_sha256":"[0-9a-f]\{64\}","output_sha256":"[0-9a-f]\{64\}","status":"OK"' \
   "$D/audit.log" || fail "the held request's record is missing"
+
+# ---- 6. rm of the live log under load (--audit-fsync always), no SIGHUP ----
+# Every response is released only after its record is in the file at the path: the records
+# of the group written into the unlinked file are written again into a new file there, which
+# starts with a gap record naming the seqs that went with the deleted one.
+cat >"$WORK/load.py" <<'EOF'
+# load.py PORT OUT STOPFILE: 4 keep-alive HTTP clients; each appends the id of every 200
+# response to OUT.<k> until STOPFILE exists or the server goes away.
+import http.client, json, os, sys, threading
+port, out, stop = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+def client(k):
+    f = open(f"{out}.{k}", "w", buffering=1)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    i = 0
+    while not os.path.exists(stop):
+        rid = f"{os.path.basename(out)}{k}-{i}"
+        body = json.dumps({"id": rid, "inputs": [{"name": "x", "shape": [1, 64],
+                           "datatype": "FP32", "data": [i % 5] * 64}]})
+        try:
+            c.request("POST", "/v2/models/digits/infer", body)
+            r = c.getresponse()
+            data = r.read()
+        except Exception:
+            return
+        if r.status == 200 and json.loads(data).get("id") == rid:
+            f.write(rid + "\n")
+        i += 1
+ts = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+for t in ts: t.start()
+for t in ts: t.join()
+EOF
+# ids LOG...: the request ids of OK request records in the files, one a line.
+ids() { cat "$@" | $PY -c "import json,sys
+for l in sys.stdin:
+    try: r = json.loads(l)
+    except ValueError: continue
+    if r.get('kind') == 'request' and r.get('status') == 'OK': print(r['request_id'])"; }
+E=$WORK/e
+mkdir -p "$E"
+start --audit-log "$E/audit.log" --audit-fsync always
+rm -f "$WORK/stop6"
+$PY "$WORK/load.py" "$HPORT" "$WORK/rm" "$WORK/stop6" &
+LOADPID=$!
+sleep 1
+rm "$E/audit.log"
+sleep 1
+touch "$WORK/stop6"
+wait $LOADPID
+curl -s "$URL/metrics" >"$WORK/metrics6"
+stop
+cat "$WORK"/rm.? >"$WORK/acked6"
+nack=$(wc -l <"$WORK/acked6")
+[ "$nack" -gt 20 ] || fail "rm under load: only $nack requests acknowledged"
+if [ ! -s "$E/audit.log" ]; then
+  fail "rm under load: no log at the path afterwards: the records went into the deleted file"
+else
+  head -1 "$E/audit.log" | grep -q '"kind":"gap".*"message":"seq 1\.\.[0-9]* are not in the log: ' ||
+    fail "rm under load: the new file does not start with a gap record: $(head -c 300 "$E/audit.log")"
+  gap_last=$(head -1 "$E/audit.log" | sed -n 's/.*"message":"seq 1\.\.\([0-9]*\) are not.*/\1/p')
+  ids "$E/audit.log" | sort >"$WORK/logged6"
+  # Acknowledged requests not in the new file must be among the seqs the gap record names.
+  nmiss=$(sort "$WORK/acked6" | comm -23 - "$WORK/logged6" | wc -l)
+  nafter=$(sort "$WORK/acked6" | comm -12 - "$WORK/logged6" | wc -l)
+  [ -n "$gap_last" ] && [ "$nmiss" -le "$gap_last" ] && [ "$nafter" -gt 0 ] &&
+    ok "rm under load: $nack acknowledged, $nafter in the new file, $nmiss among seq 1..$gap_last (the gap record)" ||
+    fail "rm under load: $nmiss acknowledged requests missing, gap covers ${gap_last:-?}, $nafter after"
+  out=$("$TPUCTL" audit verify "$E/audit.log")
+  [ $? = 0 ] && echo "$out" | grep -q "^WARNING: .*gap: seq 1\.\.$gap_last are not in the log" &&
+    echo "$out" | grep -q "records missing as 1 gap record says" &&
+    ok "verify after rm: $(echo "$out" | tail -1)" || fail "verify after rm: $out"
+  $PY "$VERIFY_PY" "$E/audit.log" >/dev/null 2>&1 || fail "audit_verify.py after rm"
+fi
+grep -q "^tpud_audit_files_deleted_total 1$" "$WORK/metrics6" || fail "tpud_audit_files_deleted_total is not 1"
+grep -q "audit log $E/audit.log: the file was deleted while open: seq 1\.\." "$TPUD_LOG" ||
+  fail "no error line for the deleted log"
+
+# ---- 7. rm, requests, then SIGHUP (the issue's sequence) ----
+start --audit-log "$E/audit7.log"
+for i in 1 2 3; do [ "$(http_infer before-rm-$i)" = 200 ] || fail "infer before-rm-$i"; done
+rm "$E/audit7.log"
+for i in 1 2 3 4 5; do [ "$(http_infer after-rm-$i)" = 200 ] || fail "infer after-rm-$i"; done
+kill -HUP "$PID"
+for _ in $(seq 1 30); do grep -q "SIGHUP" "$TPUD_LOG" && break; sleep 0.1; done
+for i in 1 2 3; do [ "$(http_infer after-hup-$i)" = 200 ] || fail "infer after-hup-$i"; done
+stop
+lost=
+for i in 1 2 3 4 5; do grep -q "\"request_id\":\"after-rm-$i\"" "$E/audit7.log" 2>/dev/null || lost="$lost after-rm-$i"; done
+for i in 1 2 3; do grep -q "\"request_id\":\"after-hup-$i\"" "$E/audit7.log" 2>/dev/null || lost="$lost after-hup-$i"; done
+[ -z "$lost" ] && ok "rm then SIGHUP: every request answered after the rm is in the log" ||
+  fail "rm then SIGHUP: answered but not in the log:$lost"
+ls "$E"/audit7.log.0* >/dev/null 2>&1 && fail "rm then SIGHUP: a rotated file appeared: $(ls "$E")"
+out=$("$TPUCTL" audit verify "$E/audit7.log" 2>&1)
+rc=$?
+if [ $rc = 0 ] && ! echo "$out" | grep -q "^WARNING: .*gap: seq 1\.\."; then
+  fail "rm then SIGHUP: verify says OK with no gap reported: $out"
+else
+  [ $rc = 0 ] && ok "rm then SIGHUP: $(echo "$out" | head -1)" || fail "verify after rm + SIGHUP ($rc): $out"
+fi
+$PY "$VERIFY_PY" "$E/audit7.log" >/dev/null 2>&1 || fail "audit_verify.py after rm + SIGHUP"
+
+# ---- 8. mv of the log aside (logrotate without copytruncate), then SIGHUP ----
+# The records stay whole across the two files, once each; the new file alone starts
+# mid-sequence, which verify reports unless told --partial.
+start --audit-log "$E/audit8.log" --audit-fsync always
+for i in 1 2 3; do [ "$(http_infer mv-a-$i)" = 200 ] || fail "infer mv-a-$i"; done
+mv "$E/audit8.log" "$E/aside8.log"
+for i in 1 2 3 4; do [ "$(http_infer mv-b-$i)" = 200 ] || fail "infer mv-b-$i"; done
+kill -HUP "$PID"
+for _ in $(seq 1 30); do grep -q "SIGHUP" "$TPUD_LOG" && break; sleep 0.1; done
+for i in 1 2 3; do [ "$(http_infer mv-c-$i)" = 200 ] || fail "infer mv-c-$i"; done
+stop
+ls "$E"/audit8.log.0* >/dev/null 2>&1 && fail "mv: the SIGHUP after the move rotated again: $(ls "$E")"
+dups=$(ids "$E/aside8.log" "$E/audit8.log" | sort | uniq -d)
+want="mv-a-1 mv-a-2 mv-a-3 mv-b-1 mv-b-2 mv-b-3 mv-b-4 mv-c-1 mv-c-2 mv-c-3"
+have=$(ids "$E/aside8.log" "$E/audit8.log" | grep '^mv-' | sort | tr '\n' ' ')
+[ -z "$dups" ] && [ "$have" = "$want " ] && ok "mv aside: each request once across the two files" ||
+  fail "mv aside: ids '$have' duplicates '$dups'"
+out=$("$TPUCTL" audit verify "$E/aside8.log" "$E/audit8.log")
+[ $? = 0 ] && ok "mv aside: both files verify: $out" || fail "mv aside: verify both: $out"
+out=$("$TPUCTL" audit verify "$E/audit8.log")
+[ $? = 1 ] && echo "$out" | grep -q "^FAULT: .*line 1: missing: the log given starts at seq" &&
+  ok "mv aside: the new file alone is reported: $out" ||
+  fail "mv aside: the new file alone (starting mid-sequence) was not reported: $out"
+"$TPUCTL" audit verify --partial "$E/audit8.log" | grep -q "^OK: .*starts at seq" ||
+  fail "mv aside: verify --partial of the new file"
+$PY "$VERIFY_PY" "$E/aside8.log" "$E/audit8.log" >/dev/null || fail "audit_verify.py over both files"
+$PY "$VERIFY_PY" "$E/audit8.log" >/dev/null 2>&1 && fail "audit_verify.py accepted the new file alone"
+$PY "$VERIFY_PY" --partial "$E/audit8.log" >/dev/null || fail "audit_verify.py --partial"
+
+# ---- 9. fail-open on a full disk: the closing line counts every record not written ----
+F=$WORK/f
+mkdir -p "$F"
+if mount -t tmpfs -o size=64k tmpfs "$F" 2>/dev/null; then
+  MNT2=$F
+  start --audit-log "$F/audit.log" --audit-head none --audit-fail-open --drain-timeout-s 1
+  [ "$(http_infer open-0)" = 200 ] || fail "fail-open: infer before the disk fills"
+  dd if=/dev/zero of="$F/filler" bs=1k 2>/dev/null # until ENOSPC
+  answered=0
+  for i in $(seq 1 40); do [ "$(http_infer open-$i)" = 200 ] && answered=$((answered + 1)); done
+  curl -s "$URL/metrics" >"$WORK/metrics9"
+  stop
+  [ $answered = 40 ] || fail "fail-open: only $answered of 40 answered"
+  ondisk=$(ids "$F/audit.log" | grep -c '^open-[1-9]')
+  stopped=$(grep -c '"kind":"stop"' "$F/audit.log")
+  want=$((answered - ondisk + 1 - stopped)) # and the stop record, if it did not fit
+  said=$(sed -n 's/.*audit log closed: .*, \([0-9]*\) lost,.*/\1/p' "$TPUD_LOG")
+  pending=$(sed -n 's/^tpud_audit_records_pending \([0-9]*\)$/\1/p' "$WORK/metrics9")
+  [ "$said" = "$want" ] && [ "$want" -gt 0 ] &&
+    ok "fail-open, disk full: $answered answered, $ondisk on disk, closing line says $said lost" ||
+    fail "fail-open, disk full: $answered answered, $ondisk on disk, stop on disk $stopped: closing line says '${said:-?}' lost, expected $want"
+  [ "$pending" = $((answered - ondisk)) ] || fail "tpud_audit_records_pending is '$pending', expected $((answered - ondisk))"
+  grep -q "ERROR audit log closed: .* $said lost" "$TPUD_LOG" || fail "the closing line is not an ERROR"
+  "$TPUCTL" audit verify "$F/audit.log" >/dev/null || fail "verify after fail-open on a full disk"
+
+  # ---- 10. the disk full with the log itself; rm of the log frees it ----
+  # Fail-closed: a held response waits; rm of the live log cannot free the space while tpud
+  # holds the file open, so the retry finds it deleted, starts a new file (gap record) and
+  # the held record is written there.
+  rm -f "$F/filler" "$F/audit.log"
+  start --audit-log "$F/audit.log" --audit-head none
+  [ "$(http_infer rmfull-0)" = 200 ] || fail "rm on a full disk: first infer"
+  avail=$(df -k --output=avail "$F" | tail -1)
+  [ "$avail" -gt 6 ] && dd if=/dev/zero of="$F/filler" bs=1k count=$((avail - 6)) 2>/dev/null
+  HELD=
+  for i in $(seq 1 100); do
+    curl -s -o "$WORK/held" -w '%{http_code}' -m 30 -X POST --data "$(body "rmfull-$i")" \
+      "$URL/v2/models/digits/infer" >"$WORK/held.code" &
+    HELD=$!
+    HELD_ID=rmfull-$i
+    held=0
+    for _ in $(seq 1 300); do
+      kill -0 $HELD 2>/dev/null || break
+      if curl -s "$URL/metrics" | grep -q "^tpud_audit_failed 1$"; then held=1; break; fi
+      sleep 0.1
+    done
+    [ $held = 1 ] && break
+    wait $HELD
+    HELD=
+  done
+  if [ -z "$HELD" ]; then
+    fail "rm on a full disk: the log never filled"
+  else
+    rm "$F/audit.log"
+    wait $HELD
+    [ "$(cat "$WORK/held.code")" = 200 ] && ok "rm on a full disk: the held response was released" ||
+      fail "rm on a full disk: held request: $(cat "$WORK/held.code") $(cat "$WORK/held")"
+    [ "$(http_infer rmfull-after)" = 200 ] || fail "rm on a full disk: infer afterwards: $(cat "$WORK/resp")"
+    stop
+    grep -q "\"request_id\":\"$HELD_ID\"" "$F/audit.log" 2>/dev/null &&
+      grep -q '"request_id":"rmfull-after"' "$F/audit.log" ||
+      fail "rm on a full disk: the held or later record is not in the new log"
+    out=$("$TPUCTL" audit verify "$F/audit.log" 2>&1)
+    [ $? = 0 ] && echo "$out" | grep -q "^WARNING: .*gap: seq 1\.\." &&
+      ok "rm on a full disk: $(echo "$out" | tail -1)" || fail "verify after rm on a full disk: $out"
+  fi
+  [ -n "$PID" ] && { kill -9 "$PID"; wait "$PID" 2>/dev/null; PID=; }
+  umount "$F" && MNT2=
+else
+  echo "skipped: sections 9 and 10 need a tmpfs mount (not permitted here)"
+fi
 
 [ $FAIL = 0 ] && echo "PASS: test_audit" || echo "FAILED: test_audit"
 exit $FAIL

@@ -2,7 +2,9 @@
  * test_audit.c - the audit writer: record format and canonical bytes, chain across restarts,
  * HMAC, torn-tail recovery, rotation (size, SIGHUP, external move), head file, group commit
  * under many producers, fsync=always ordering, fail-closed / fail-open on write errors (an
- * injected EIO and a real EFBIG from RLIMIT_FSIZE) and recovery, and the Python cross-check.
+ * injected EIO and a real EFBIG from RLIMIT_FSIZE) and recovery, the file deleted, moved or
+ * replaced while open (gap and rotate records, nothing told "written" that is not in the file
+ * at the path), the exact count of records lost at close, and the Python cross-check.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -103,6 +105,13 @@ static tpu_audit_fault_t verify1(const char *path, const uint8_t *key, size_t ke
   tpu_audit_verify_opts_t o = {.key = key, .keylen = keylen, .head_path = head};
   const char *files[] = {path};
   return tpu_audit_verify(files, 1, &o, r);
+}
+
+/* files[0..n) with --partial (they may start at a rotate or gap record). */
+static tpu_audit_fault_t verify_partial(const char *const *files, size_t n, const char *head,
+                                        tpu_audit_verify_result_t *r) {
+  tpu_audit_verify_opts_t o = {.head_path = head, .partial = 1};
+  return tpu_audit_verify(files, n, &o, r);
 }
 
 /* Lines of a file as parsed JSON objects (NULL entries for lines that do not parse). */
@@ -492,7 +501,7 @@ static void test_rotation_by_size(void) {
   CU_ASSERT_EQUAL(res.records, 200 + (uint64_t)nr); /* one rotate record per rotation */
   CU_ASSERT_EQUAL(res.first_seq, 1);
   /* Each later file starts with a rotate record naming the file before it, and may be
-   * verified on its own. */
+   * verified on its own with --partial (without: seq 1.. are not given, a fault). */
   for (int i = 1; i <= nr; i++) {
     size_t n;
     json_t **v = load_lines(files[i], &n);
@@ -501,7 +510,10 @@ static void test_rotation_by_size(void) {
     const char *base = strrchr(files[i - 1], '/') + 1;
     CU_ASSERT(strstr(json_string_value(json_object_get(v[0], "message")), base) != NULL);
     free_lines(v, n);
-    CU_ASSERT_EQUAL(verify1(files[i], NULL, 0, NULL, &res), TPU_AUDIT_VERIFY_OK);
+    CU_ASSERT_EQUAL(verify1(files[i], NULL, 0, NULL, &res), TPU_AUDIT_FAULT_MISSING);
+    CU_ASSERT(strstr(res.what, "--partial") != NULL);
+    CU_ASSERT_EQUAL(verify_partial(&files[i], 1, NULL, &res), TPU_AUDIT_VERIFY_OK);
+    CU_ASSERT(res.first_seq > 1);
   }
   /* Files out of order or one left out: caught at the first record of the next file. */
   if (nr >= 2) {
@@ -512,7 +524,8 @@ static void test_rotation_by_size(void) {
     CU_ASSERT_STRING_EQUAL(res.file, files[2]);
     CU_ASSERT_EQUAL(res.line, 1);
     const char *back[] = {files[1], files[0]};
-    CU_ASSERT_EQUAL(tpu_audit_verify(back, 2, NULL, &res), TPU_AUDIT_FAULT_REORDERED);
+    CU_ASSERT_EQUAL(tpu_audit_verify(back, 2, NULL, &res), TPU_AUDIT_FAULT_MISSING);
+    CU_ASSERT_EQUAL(verify_partial(back, 2, NULL, &res), TPU_AUDIT_FAULT_REORDERED);
   }
   rm_dir();
 }
@@ -549,7 +562,8 @@ static void test_reopen_sighup_and_external_move(void) {
   tpu_audit_verify_result_t res;
   CU_ASSERT_EQUAL(tpu_audit_verify(files, 3, NULL, &res), TPU_AUDIT_VERIFY_OK);
   CU_ASSERT_EQUAL(res.records, 17);
-  CU_ASSERT_EQUAL(verify1(logp, NULL, 0, headp, &res), TPU_AUDIT_VERIFY_OK);
+  const char *cur[] = {logp};
+  CU_ASSERT_EQUAL(verify_partial(cur, 1, headp, &res), TPU_AUDIT_VERIFY_OK);
   rm_dir();
 }
 
@@ -861,6 +875,266 @@ static void test_close_while_failing(void) {
   rm_dir();
 }
 
+/* ---- the file deleted or moved while open (issue 15 item 6) ------------------------------ */
+
+static const char *kind_of(json_t *o) { return json_string_value(json_object_get(o, "kind")); }
+static const char *msg_of(json_t *o) { return json_string_value(json_object_get(o, "message")); }
+
+static atomic_int warned;
+static char warned_text[1024];
+static void warn_cb(void *arg, const char *file, uint64_t line, uint64_t seq, const char *what) {
+  (void)arg, (void)file, (void)line, (void)seq;
+  if (atomic_fetch_add(&warned, 1) == 0) snprintf(warned_text, sizeof warned_text, "%s", what);
+}
+
+/* rm of the live log: the records of the group written into the unlinked file are written
+ * again into a new file at the path, which starts with a gap record for the seqs that went
+ * with the old one; nobody is told "written" for a record that is only in the unlinked file. */
+static void deleted_while_open(tpu_audit_fsync_t policy) {
+  fresh_dir();
+  reset_fates();
+  tpu_audit_config_t c;
+  cfg_default(&c);
+  c.fsync = policy;
+  tpu_audit_t *a = open_log(&c);
+  submit_cb(a, 5);
+  CU_ASSERT_EQUAL(tpu_audit_flush(a, 5000), 0);
+  CU_ASSERT_EQUAL_FATAL(unlink(logp), 0);
+  submit_cb(a, 3); /* the first group after the rm goes into the unlinked file first */
+  CU_ASSERT_EQUAL(tpu_audit_flush(a, 5000), 0);
+  CU_ASSERT_EQUAL(atomic_load(&fired_written), 8);
+  tpu_audit_stats_t st;
+  tpu_audit_stats(a, &st);
+  CU_ASSERT_EQUAL(st.files_deleted, 1);
+  CU_ASSERT_EQUAL(st.records_lost, 0);
+  CU_ASSERT_EQUAL(st.failed, 0);
+  submit_cb(a, 2);
+  tpu_audit_close(a);
+  CU_ASSERT_EQUAL(atomic_load(&fired_written), 10);
+  size_t n;
+  json_t **v = load_lines(logp, &n);
+  CU_ASSERT_EQUAL_FATAL(n, 6); /* gap (seq 6) + 3 + 2 */
+  CU_ASSERT_STRING_EQUAL(kind_of(v[0]), "gap");
+  CU_ASSERT_EQUAL(json_integer_value(json_object_get(v[0], "seq")), 6);
+  CU_ASSERT(strncmp(msg_of(v[0]), "seq 1..5 are not in the log: ", 29) == 0);
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(v[0], "status")), "DATA_LOSS");
+  for (size_t i = 1; i < n; i++) {
+    CU_ASSERT_STRING_EQUAL(kind_of(v[i]), "request");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(v[i], "seq")), (json_int_t)i + 6);
+  }
+  free_lines(v, n);
+  /* It verifies, saying what is missing. */
+  atomic_store(&warned, 0);
+  tpu_audit_verify_opts_t o = {.warn = warn_cb};
+  const char *files[] = {logp};
+  tpu_audit_verify_result_t res;
+  CU_ASSERT_EQUAL(tpu_audit_verify(files, 1, &o, &res), TPU_AUDIT_VERIFY_OK);
+  CU_ASSERT_EQUAL(res.records, 6);
+  CU_ASSERT_EQUAL(res.first_seq, 1);
+  CU_ASSERT_EQUAL(res.last_seq, 11);
+  CU_ASSERT_EQUAL(res.missing, 5);
+  CU_ASSERT_EQUAL(res.gaps, 1);
+  CU_ASSERT_EQUAL(atomic_load(&warned), 1);
+  CU_ASSERT(strstr(warned_text, "seq 1..5 are not in the log") != NULL);
+  /* The head file (updated at close) names the new file's last record. */
+  CU_ASSERT_EQUAL(verify1(logp, NULL, 0, headp, &res), TPU_AUDIT_VERIFY_OK);
+  rm_dir();
+}
+
+static void test_deleted_while_open(void) { deleted_while_open(TPU_AUDIT_FSYNC_INTERVAL); }
+static void test_deleted_while_open_always(void) { deleted_while_open(TPU_AUDIT_FSYNC_ALWAYS); }
+
+/* rm, then SIGHUP before any new record: the gap record starts the new file; a later
+ * SIGHUP rotates as usual, and the whole set verifies. */
+static void test_deleted_then_sighup(void) {
+  fresh_dir();
+  tpu_audit_config_t c;
+  cfg_default(&c);
+  tpu_audit_t *a = open_log(&c);
+  submit_n(a, 4, "a");
+  tpu_audit_flush(a, 5000);
+  tpu_audit_reopen(a); /* rotated normally: audit.log.<4>, new file from seq 5 */
+  tpu_audit_stats_t st;
+  WAIT_FOR((tpu_audit_stats(a, &st), st.rotations == 1));
+  submit_n(a, 3, "b"); /* seq 6..8 */
+  tpu_audit_flush(a, 5000);
+  CU_ASSERT_EQUAL_FATAL(unlink(logp), 0);
+  tpu_audit_reopen(a);
+  WAIT_FOR(access(logp, F_OK) == 0);
+  CU_ASSERT_EQUAL(access(logp, F_OK), 0);
+  submit_n(a, 2, "c");
+  tpu_audit_flush(a, 5000);
+  tpu_audit_stats(a, &st);
+  CU_ASSERT_EQUAL(st.files_deleted, 1);
+  CU_ASSERT_EQUAL(st.rotations, 1);
+  tpu_audit_close(a);
+  size_t n;
+  json_t **v = load_lines(logp, &n);
+  CU_ASSERT_EQUAL_FATAL(n, 3);
+  CU_ASSERT_STRING_EQUAL(kind_of(v[0]), "gap");
+  CU_ASSERT(strncmp(msg_of(v[0]), "seq 5..8 are not in the log: ", 29) == 0);
+  free_lines(v, n);
+  char names[8][600];
+  int nr = list_rotated(names, 8);
+  CU_ASSERT_EQUAL_FATAL(nr, 1);
+  const char *files[] = {names[0], logp};
+  tpu_audit_verify_result_t res;
+  CU_ASSERT_EQUAL(tpu_audit_verify(files, 2, NULL, &res), TPU_AUDIT_VERIFY_OK);
+  CU_ASSERT_EQUAL(res.missing, 4);
+  CU_ASSERT_EQUAL(res.records + res.missing, 11);
+  /* The current file alone starts at seq 9 with 5..8 vouched: 1..4 are not given. */
+  CU_ASSERT_EQUAL(verify1(logp, NULL, 0, NULL, &res), TPU_AUDIT_FAULT_MISSING);
+  CU_ASSERT_EQUAL(verify_partial(&files[1], 1, NULL, &res), TPU_AUDIT_VERIFY_OK);
+  CU_ASSERT_EQUAL(res.first_seq, 5);
+  rm_dir();
+}
+
+/* mv of the live log: what was committed stays in the moved file, the group written after the
+ * move is taken back out of it and goes to a new file that starts with a rotate record naming
+ * the moved one; the SIGHUP that logrotate sends next renames nothing. */
+static void test_moved_while_open(void) {
+  fresh_dir();
+  reset_fates();
+  tpu_audit_config_t c;
+  cfg_default(&c);
+  c.fsync = TPU_AUDIT_FSYNC_ALWAYS;
+  tpu_audit_t *a = open_log(&c);
+  submit_cb(a, 5);
+  CU_ASSERT_EQUAL(tpu_audit_flush(a, 5000), 0);
+  char moved[400];
+  snprintf(moved, sizeof moved, "%s/moved.log", dir);
+  CU_ASSERT_EQUAL_FATAL(rename(logp, moved), 0);
+  submit_cb(a, 3);
+  CU_ASSERT_EQUAL(tpu_audit_flush(a, 5000), 0);
+  CU_ASSERT_EQUAL(atomic_load(&fired_written), 8);
+  tpu_audit_reopen(a); /* logrotate's postrotate */
+  submit_cb(a, 1);
+  CU_ASSERT_EQUAL(tpu_audit_flush(a, 5000), 0);
+  tpu_audit_stats_t st;
+  tpu_audit_stats(a, &st);
+  CU_ASSERT_EQUAL(st.rotations, 1);
+  CU_ASSERT_EQUAL(st.files_deleted, 0);
+  tpu_audit_close(a);
+  char names[8][600];
+  CU_ASSERT_EQUAL(list_rotated(names, 8), 0); /* the SIGHUP renamed nothing */
+  size_t n;
+  json_t **v = load_lines(moved, &n);
+  CU_ASSERT_EQUAL(n, 5);
+  free_lines(v, n);
+  v = load_lines(logp, &n);
+  CU_ASSERT_EQUAL_FATAL(n, 5); /* rotate + 3 + 1 */
+  CU_ASSERT_STRING_EQUAL(kind_of(v[0]), "rotate");
+  CU_ASSERT(strstr(msg_of(v[0]), moved) != NULL);
+  free_lines(v, n);
+  const char *files[] = {moved, logp};
+  tpu_audit_verify_result_t res;
+  CU_ASSERT_EQUAL(tpu_audit_verify(files, 2, NULL, &res), TPU_AUDIT_VERIFY_OK);
+  CU_ASSERT_EQUAL(res.records, 10);
+  CU_ASSERT_EQUAL(res.missing, 0);
+  rm_dir();
+}
+
+/* The path names a file we did not write: left alone, the log is failed (fail-closed: nobody
+ * is told "written", admit is 0) until it is moved away; then the held records go on. */
+static void test_replaced_by_foreign_file(void) {
+  fresh_dir();
+  reset_fates();
+  tpu_audit_config_t c;
+  cfg_default(&c);
+  c.retry_ms = 20;
+  tpu_audit_t *a = open_log(&c);
+  submit_cb(a, 2);
+  CU_ASSERT_EQUAL(tpu_audit_flush(a, 5000), 0);
+  CU_ASSERT_EQUAL_FATAL(unlink(logp), 0);
+  spit(logp, "not ours\n", 9);
+  submit_cb(a, 3);
+  WAIT_FOR(!tpu_audit_healthy(a));
+  CU_ASSERT_EQUAL(tpu_audit_healthy(a), 0);
+  CU_ASSERT_EQUAL(tpu_audit_admit(a), 0);
+  sleep_ms(60); /* retries meet the same file */
+  CU_ASSERT_EQUAL(atomic_load(&fired_written), 2);
+  size_t len;
+  char *s = slurp(logp, &len);
+  CU_ASSERT(len == 9 && memcmp(s, "not ours\n", 9) == 0); /* untouched */
+  free(s);
+  char aside[400];
+  snprintf(aside, sizeof aside, "%s/foreign", dir);
+  CU_ASSERT_EQUAL(rename(logp, aside), 0);
+  CU_ASSERT_EQUAL(tpu_audit_flush(a, 5000), 0);
+  CU_ASSERT_EQUAL(tpu_audit_healthy(a), 1);
+  CU_ASSERT_EQUAL(atomic_load(&fired_written), 5);
+  tpu_audit_close(a);
+  size_t n;
+  json_t **v = load_lines(logp, &n);
+  CU_ASSERT_EQUAL_FATAL(n, 4);
+  CU_ASSERT_STRING_EQUAL(kind_of(v[0]), "gap");
+  CU_ASSERT(strncmp(msg_of(v[0]), "seq 1..2 are not in the log: ", 29) == 0);
+  free_lines(v, n);
+  tpu_audit_verify_result_t res;
+  CU_ASSERT_EQUAL(verify1(logp, NULL, 0, NULL, &res), TPU_AUDIT_VERIFY_OK);
+  CU_ASSERT_EQUAL(res.missing, 2);
+  rm_dir();
+}
+
+/* ---- the count of lost records at close (issue 15 item 7) -------------------------------- */
+
+static void test_close_counts_dropped(void) {
+  fresh_dir();
+  reset_fates();
+  tpu_audit_config_t c;
+  cfg_default(&c);
+  c.fail_open = 1;
+  c.retry_ms = 20;
+  tpu_audit_t *a = open_log(&c);
+  submit_cb(a, 2);
+  CU_ASSERT_EQUAL(tpu_audit_flush(a, 5000), 0);
+  tpu_audit__inject_error(a, ENOSPC);
+  submit_cb(a, 6);
+  WAIT_FOR(atomic_load(&fired_pending) == 6); /* answered (fail-open), not written */
+  tpu_audit_record_t stop = {.kind = TPU_AUDIT_KIND_STOP, .status = "OK", .message = "bye"};
+  CU_ASSERT_EQUAL(tpu_audit_submit(a, &stop, NULL, NULL), 0);
+  tpu_audit_stats_t before, after;
+  tpu_audit_stats(a, &before);
+  CU_ASSERT_EQUAL(before.records_lost, 0); /* what the closing line used to print */
+  CU_ASSERT_EQUAL(before.queued, 7);
+  tpu_audit_shutdown(a, &after);
+  CU_ASSERT_EQUAL(after.records_lost, 7); /* 6 requests and the stop record */
+  CU_ASSERT_EQUAL(after.records_written, 2);
+  CU_ASSERT_EQUAL(after.queued, 0);
+  CU_ASSERT_EQUAL(atomic_load(&fired_lost), 0); /* each was told PENDING already, once */
+  tpu_audit_verify_result_t res;
+  CU_ASSERT_EQUAL(verify1(logp, NULL, 0, NULL, &res), TPU_AUDIT_VERIFY_OK);
+  CU_ASSERT_EQUAL(res.records, 2);
+
+  /* When the stop record can be written, it says how many were lost since start. */
+  c.max_pending = 3;
+  a = open_log(&c);
+  tpu_audit__inject_error(a, ENOSPC);
+  submit_cb(a, 1);
+  WAIT_FOR(!tpu_audit_healthy(a));
+  submit_cb(a, 2); /* fills the bound */
+  int refused = 0;
+  for (int i = 0; i < 4; i++) {
+    tpu_audit_record_t r = {.request_id = "over"};
+    refused += tpu_audit_submit(a, &r, NULL, NULL) == TPU_AUDIT_LOST;
+  }
+  CU_ASSERT_EQUAL(refused, 4);
+  tpu_audit__inject_error(a, 0);
+  CU_ASSERT_EQUAL(tpu_audit_flush(a, 5000), 0);
+  CU_ASSERT_EQUAL(tpu_audit_submit(a, &stop, NULL, NULL), 0);
+  tpu_audit_shutdown(a, &after);
+  CU_ASSERT_EQUAL(after.records_lost, 4);
+  size_t n;
+  json_t **v = load_lines(logp, &n);
+  CU_ASSERT_FATAL(n > 0);
+  CU_ASSERT_STRING_EQUAL(kind_of(v[n - 1]), "stop");
+  CU_ASSERT_STRING_EQUAL(msg_of(v[n - 1]), "bye; 4 audit records lost since start");
+  free_lines(v, n);
+  tpu_audit_shutdown(NULL, &after); /* accepts NULL, zeroes the counters */
+  CU_ASSERT_EQUAL(after.records_lost, 0);
+  rm_dir();
+}
+
 /* ---- the independent Python verifier ---------------------------------------------------- */
 
 static int run_py(const char *args) {
@@ -927,4 +1201,10 @@ TPU_TEST_SUITE(audit, {"format_and_chain", test_format_and_chain},
                {"fail_closed_real_efbig", test_fail_closed_real_efbig},
                {"fail_open_counts_lost", test_fail_open_counts_lost},
                {"close_while_failing", test_close_while_failing},
+               {"deleted_while_open", test_deleted_while_open},
+               {"deleted_while_open_always", test_deleted_while_open_always},
+               {"deleted_then_sighup", test_deleted_then_sighup},
+               {"moved_while_open", test_moved_while_open},
+               {"replaced_by_foreign_file", test_replaced_by_foreign_file},
+               {"close_counts_dropped", test_close_counts_dropped},
                {"python_cross_check", test_python_cross_check})

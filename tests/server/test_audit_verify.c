@@ -3,7 +3,8 @@
  * anywhere (random positions, many times, with and without a key), a deleted record, two
  * records swapped, a duplicate, a forged insert (plain SHA-256 under HMAC; an undetectable
  * keyless tail rewrite that only the head file catches), a torn end, truncate-then-append while
- * the writer runs, an older copy restored; and the `tpuctl audit verify` command line.
+ * the writer runs, an older copy restored; a log that starts mid-sequence (a later file on its
+ * own), gap records and what they may vouch for; and the `tpuctl audit verify` command line.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "audit.h"
@@ -459,6 +461,210 @@ static void test_garbage_mid_file(void) {
   rm_dir();
 }
 
+/* ---- a log that starts mid-sequence, and gap records (issue 15 item 6) ------------------- */
+
+/* A record line of any kind by the documented rule, keyed with the suite's key when kl > 0. */
+static size_t kind_line(char *out, size_t cap, uint64_t seq, const char *prev, const char *kind,
+                        const char *msg, size_t kl, char hash_out[65]) {
+  char body[2048];
+  int n = snprintf(body, sizeof body,
+                   "{\"seq\":%" PRIu64 ",\"time\":\"2024-01-01T00:00:00.000000Z\",\"kind\":"
+                   "\"%s\",\"request_id\":\"\",\"client\":\"\",\"model\":\"\",\"version\":\"\","
+                   "\"input_sha256\":\"\",\"output_sha256\":\"\",\"status\":\"DATA_LOSS\","
+                   "\"message\":\"%s\",\"queue_us\":0,\"compute_us\":0,\"batch_id\":0,"
+                   "\"bucket\":0,\"prev\":\"%s\"}",
+                   seq, kind, msg, prev);
+  char hex[65];
+  tpu__audit_mac(key, kl, body, (size_t)n, hex);
+  if (hash_out) memcpy(hash_out, hex, 65);
+  return (size_t)snprintf(out, cap, "%.*s,\"hash\":\"%s\"}\n", n - 1, body, hex);
+}
+
+typedef struct {
+  int n;
+  char first[512];
+} warns_t;
+
+static void collect_warn(void *arg, const char *file, uint64_t line, uint64_t seq,
+                         const char *what) {
+  warns_t *w = arg;
+  (void)file, (void)line, (void)seq;
+  if (w->n++ == 0) snprintf(w->first, sizeof w->first, "%s", what);
+}
+
+static tpu_audit_fault_t verify_opts(const char *s, size_t len, int partial, const char *head,
+                                     warns_t *w, tpu_audit_verify_result_t *r) {
+  spit(tmpp, s, len);
+  memset(w, 0, sizeof *w);
+  tpu_audit_verify_opts_t o = {.key = key, .keylen = keylen, .head_path = head,
+                               .partial = partial, .warn = collect_warn, .warn_arg = w};
+  const char *files[] = {tmpp};
+  return tpu_audit_verify(files, 1, &o, r);
+}
+
+static int run_py(const char *args) {
+  char cmd[2000];
+  snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/integration/audit_verify.py %s >/dev/null 2>&1",
+           TPU_SOURCE_DIR, args);
+  int rc = system(cmd);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* A later file on its own (what rm + SIGHUP used to leave: a rotate record first) does not
+ * verify as a log unless --partial says the earlier files are elsewhere. */
+static void test_starts_mid_sequence(void) {
+  fresh_dir();
+  size_t len, st[64];
+  char *s = make_log(5, 1, &len);
+  split_lines(s, len, st, 63);
+  char h5[65], h[65], buf[8192];
+  hash_of(s, st, 4, h5);
+  size_t n = kind_line(buf, sizeof buf, 6, h5, "rotate", "previous file: (moved away)", keylen, h);
+  n += forge_line(buf + n, sizeof buf - n, 7, h, "", key, keylen, NULL);
+  tpu_audit_verify_result_t r;
+  warns_t w;
+  CU_ASSERT_EQUAL(verify_opts(buf, n, 0, NULL, &w, &r), TPU_AUDIT_FAULT_MISSING);
+  CU_ASSERT_EQUAL(r.line, 1);
+  CU_ASSERT_EQUAL(r.seq, 6);
+  CU_ASSERT(strstr(r.what, "seq 1..5 are not in the files given") != NULL);
+  CU_ASSERT_EQUAL(verify_opts(buf, n, 1, NULL, &w, &r), TPU_AUDIT_VERIFY_OK);
+  CU_ASSERT_EQUAL(r.first_seq, 6);
+  CU_ASSERT_EQUAL(r.records, 2);
+  CU_ASSERT_EQUAL(w.n, 1);
+  CU_ASSERT(strstr(w.first, "seq 1..5 are not in the files given (--partial)") != NULL);
+  /* With the earlier file given first, it is a whole log. */
+  char *both = malloc(len + n);
+  memcpy(both, s, len);
+  memcpy(both + len, buf, n);
+  CU_ASSERT_EQUAL(verify_opts(both, len + n, 0, NULL, &w, &r), TPU_AUDIT_VERIFY_OK);
+  CU_ASSERT_EQUAL(r.records, 7);
+  CU_ASSERT_EQUAL(w.n, 0);
+  if (access("/usr/bin/python3", X_OK) == 0) {
+    char args[800];
+    spit(tmpp, buf, n);
+    snprintf(args, sizeof args, "--key %s %s", keyp, tmpp);
+    CU_ASSERT_EQUAL(run_py(args), 1);
+    snprintf(args, sizeof args, "--key %s --partial %s", keyp, tmpp);
+    CU_ASSERT_EQUAL(run_py(args), 0);
+  }
+  free(both);
+  free(s);
+  rm_dir();
+}
+
+/* 1..5, then a gap record (seq 9) for 6..8 with msg, then seq 10: built into buf. */
+static size_t gap_log(char *buf, size_t cap, const char *s, const size_t *st, const char *msg,
+                      uint64_t gap_seq) {
+  size_t n = st[5];
+  memcpy(buf, s, n);
+  char h[65];
+  n += kind_line(buf + n, cap - n, gap_seq, "abababababababababababababababababababababababababababababababab",
+                 "gap", msg, keylen, h);
+  n += forge_line(buf + n, cap - n, gap_seq + 1, h, "", key, keylen, NULL);
+  return n;
+}
+
+static void test_gap_records(void) {
+  fresh_dir();
+  size_t len, st[64];
+  char *s = make_log(5, 1, &len);
+  split_lines(s, len, st, 63);
+  char buf[16384];
+  tpu_audit_verify_result_t r;
+  warns_t w;
+  /* Vouched for: OK, the range reported. */
+  size_t n = gap_log(buf, sizeof buf, s, st, "seq 6..8 are not in the log: audit.log was deleted", 9);
+  CU_ASSERT_EQUAL(verify_opts(buf, n, 0, NULL, &w, &r), TPU_AUDIT_VERIFY_OK);
+  CU_ASSERT_EQUAL(r.records, 7);
+  CU_ASSERT_EQUAL(r.first_seq, 1);
+  CU_ASSERT_EQUAL(r.last_seq, 10);
+  CU_ASSERT_EQUAL(r.missing, 3);
+  CU_ASSERT_EQUAL(r.gaps, 1);
+  CU_ASSERT_EQUAL(r.losses, 1);
+  CU_ASSERT_EQUAL(w.n, 1);
+  CU_ASSERT(strstr(w.first, "gap: seq 6..8 are not in the log") != NULL);
+  if (access("/usr/bin/python3", X_OK) == 0) {
+    char args[800];
+    snprintf(args, sizeof args, "--key %s %s", keyp, tmpp);
+    CU_ASSERT_EQUAL(run_py(args), 0);
+  }
+  /* The head file's seq in the gap: not comparable, said so; at the end: compared. */
+  char hl[200];
+  snprintf(hl, sizeof hl, "{\"seq\":7,\"hash\":\"%s\"}\n", "cd" "cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd");
+  spit(headp, hl, strlen(hl));
+  CU_ASSERT_EQUAL(verify_opts(buf, n, 0, headp, &w, &r), TPU_AUDIT_VERIFY_OK);
+  CU_ASSERT_EQUAL(r.head_in_gap, 1);
+  CU_ASSERT_EQUAL(w.n, 2);
+  /* A range that does not end just before the gap record, or in another form: not a gap
+   * record, so the jump is a fault. */
+  const char *bad[] = {"seq 6..7 are not in the log: x", "seq 06..8 are not in the log: x",
+                       "seq 6..8 are not in the log (x)", "seq 8..6 are not in the log: x",
+                       " seq 6..8 are not in the log: x"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    n = gap_log(buf, sizeof buf, s, st, bad[i], 9);
+    CU_ASSERT_EQUAL(verify_opts(buf, n, 0, NULL, &w, &r), TPU_AUDIT_FAULT_MISSING);
+    CU_ASSERT_EQUAL(r.line, 6);
+  }
+  /* A gap that starts after the records that are missing (7..8: seq 6 is unaccounted for). */
+  n = gap_log(buf, sizeof buf, s, st, "seq 7..8 are not in the log: x", 9);
+  CU_ASSERT_EQUAL(verify_opts(buf, n, 0, NULL, &w, &r), TPU_AUDIT_FAULT_MISSING);
+  CU_ASSERT(strstr(r.what, "accounts only for seq 7..8") != NULL);
+  /* Under a key, a gap record with a plain SHA-256 is a forgery. */
+  n = st[5];
+  memcpy(buf, s, n);
+  n += kind_line(buf + n, sizeof buf - n, 9, "abababababababababababababababababababababababababababababababab",
+                 "gap", "seq 6..8 are not in the log: x", 0, NULL);
+  CU_ASSERT_EQUAL(verify_opts(buf, n, 0, NULL, &w, &r), TPU_AUDIT_FAULT_FORGED);
+  /* A gap record first: for 1..B it is a whole log; for A..B with A > 1 only with --partial. */
+  char h[65];
+  n = kind_line(buf, sizeof buf, 9, "abababababababababababababababababababababababababababababababab",
+                "gap", "seq 1..8 are not in the log: x", keylen, h);
+  n += forge_line(buf + n, sizeof buf - n, 10, h, "", key, keylen, NULL);
+  CU_ASSERT_EQUAL(verify_opts(buf, n, 0, NULL, &w, &r), TPU_AUDIT_VERIFY_OK);
+  CU_ASSERT_EQUAL(r.first_seq, 1);
+  CU_ASSERT_EQUAL(r.missing, 8);
+  CU_ASSERT_EQUAL(r.records + r.missing, r.last_seq - r.first_seq + 1);
+  n = kind_line(buf, sizeof buf, 9, "abababababababababababababababababababababababababababababababab",
+                "gap", "seq 3..8 are not in the log: x", keylen, h);
+  n += forge_line(buf + n, sizeof buf - n, 10, h, "", key, keylen, NULL);
+  CU_ASSERT_EQUAL(verify_opts(buf, n, 0, NULL, &w, &r), TPU_AUDIT_FAULT_MISSING);
+  CU_ASSERT(strstr(r.what, "seq 1..2 are not in the files given") != NULL);
+  CU_ASSERT_EQUAL(verify_opts(buf, n, 1, NULL, &w, &r), TPU_AUDIT_VERIFY_OK);
+  CU_ASSERT_EQUAL(r.first_seq, 3);
+  CU_ASSERT_EQUAL(r.records + r.missing, r.last_seq - r.first_seq + 1);
+  CU_ASSERT_EQUAL(w.n, 2); /* the partial start and the gap */
+  /* The records a gap record names are there after all (a copy of the deleted file was kept):
+   * the chain is checked through it, and the warning says so. */
+  size_t l8 = 0;
+  char h6[65], h7[65], h8[65], h5[65];
+  hash_of(s, st, 4, h5);
+  memcpy(buf, s, st[5]);
+  l8 = st[5];
+  l8 += forge_line(buf + l8, sizeof buf - l8, 6, h5, "", key, keylen, h6);
+  l8 += forge_line(buf + l8, sizeof buf - l8, 7, h6, "", key, keylen, h7);
+  l8 += forge_line(buf + l8, sizeof buf - l8, 8, h7, "", key, keylen, h8);
+  l8 += kind_line(buf + l8, sizeof buf - l8, 9, h8, "gap", "seq 6..8 are not in the log: x",
+                  keylen, NULL);
+  CU_ASSERT_EQUAL(verify_opts(buf, l8, 0, NULL, &w, &r), TPU_AUDIT_VERIFY_OK);
+  CU_ASSERT_EQUAL(r.missing, 0);
+  CU_ASSERT_EQUAL(r.records, 9);
+  CU_ASSERT(strstr(w.first, "but they are in the files given") != NULL);
+  /* "lost" and "rollback" records verify and are reported. */
+  n = st[5];
+  memcpy(buf, s, n);
+  hash_of(s, st, 4, h5);
+  n += kind_line(buf + n, sizeof buf - n, 6, h5, "lost", "3 records were refused and not logged",
+                 keylen, h);
+  n += kind_line(buf + n, sizeof buf - n, 7, h, "rollback", "head file says seq 9", keylen, NULL);
+  CU_ASSERT_EQUAL(verify_opts(buf, n, 0, NULL, &w, &r), TPU_AUDIT_VERIFY_OK);
+  CU_ASSERT_EQUAL(r.losses, 2);
+  CU_ASSERT_EQUAL(r.missing, 0);
+  CU_ASSERT_EQUAL(w.n, 2);
+  CU_ASSERT(strstr(w.first, "lost: 3 records were refused") != NULL);
+  free(s);
+  rm_dir();
+}
+
 /* ---- command line ----------------------------------------------------------------------- */
 
 static int cli(char *outbuf, size_t cap, int argc, const char **argv) {
@@ -501,6 +707,25 @@ static void test_cli(void) {
   const char *allow[] = {"verify", "--allow-torn", eq, logp};
   CU_ASSERT_EQUAL(cli(out, sizeof out, 4, allow), 0);
   CU_ASSERT(strstr(out, "OK: 4 records") != NULL);
+  /* A gap record: a WARNING line with the range, then OK saying how many are missing. */
+  size_t st[64];
+  split_lines(s, len, st, 63);
+  char buf[16384];
+  size_t n = gap_log(buf, sizeof buf, s, st, "seq 6..8 are not in the log: audit.log was deleted", 9);
+  spit(logp, buf, n);
+  CU_ASSERT_EQUAL(cli(out, sizeof out, 3, ok2), 0);
+  CU_ASSERT(strncmp(out, "WARNING: ", 9) == 0 && strstr(out, "line 6: gap: seq 6..8 are not in the log") != NULL);
+  CU_ASSERT(strstr(out, "\nOK: 7 records, seq 1..10, ") != NULL);
+  CU_ASSERT(strstr(out, "3 records missing as 1 gap record says") != NULL);
+  /* The last file alone: a fault, unless --partial. */
+  n = gap_log(buf, sizeof buf, s, st, "seq 6..8 are not in the log: audit.log was deleted", 9);
+  spit(logp, buf + st[5], n - st[5]);
+  CU_ASSERT_EQUAL(cli(out, sizeof out, 3, ok2), 1);
+  CU_ASSERT(strncmp(out, "FAULT: ", 7) == 0 && strstr(out, "--partial") != NULL);
+  const char *part[] = {"verify", eq, "--partial", logp};
+  CU_ASSERT_EQUAL(cli(out, sizeof out, 4, part), 0);
+  CU_ASSERT(strstr(out, "OK: 2 records, seq 6..10") != NULL);
+  CU_ASSERT(strstr(out, "starts at seq 6 (--partial") != NULL);
   free(s);
   rm_dir();
 }
@@ -513,4 +738,6 @@ TPU_TEST_SUITE(audit_verify, {"flip_byte_anywhere", test_flip_byte_anywhere},
                {"truncate_torn_end", test_truncate_torn_end},
                {"truncate_then_append", test_truncate_then_append},
                {"restore_older_copy", test_restore_older_copy},
-               {"garbage_mid_file", test_garbage_mid_file}, {"cli", test_cli})
+               {"garbage_mid_file", test_garbage_mid_file},
+               {"starts_mid_sequence", test_starts_mid_sequence},
+               {"gap_records", test_gap_records}, {"cli", test_cli})
