@@ -45,6 +45,8 @@ try:
     import h2.config
     import h2.connection
     import h2.events
+    import hpack
+    from hyperframe.frame import DataFrame, Frame, GoAwayFrame, HeadersFrame, SettingsFrame
 except ImportError:
     h2 = None
 
@@ -412,8 +414,94 @@ def h2_call(port, headers, data=None, chunks=None):
 
 
 def gheaders(path=INFER_PATH, method="POST", ctype="application/grpc", extra=()):
+    """Request headers; ctype None leaves content-type out."""
     return [(":method", method), (":scheme", "http"), (":path", path),
-            (":authority", "127.0.0.1"), ("content-type", ctype), ("te", "trailers")] + list(extra)
+            (":authority", "127.0.0.1")] + ([("content-type", ctype)] if ctype else []) + \
+        [("te", "trailers")] + list(extra)
+
+
+H2_ERRORS = ["NO_ERROR", "PROTOCOL_ERROR", "INTERNAL_ERROR", "FLOW_CONTROL_ERROR",
+             "SETTINGS_TIMEOUT", "STREAM_CLOSED", "FRAME_SIZE_ERROR", "REFUSED_STREAM", "CANCEL",
+             "COMPRESSION_ERROR", "CONNECT_ERROR", "ENHANCE_YOUR_CALM", "INADEQUATE_SECURITY",
+             "HTTP_1_1_REQUIRED"]
+
+
+def h2_stream_ids(port, steps):
+    """ServerLive calls on the stream ids of `steps`, in order, as raw frames (hyperframe and
+    hpack, no h2 state machine: it would refuse to send an id lower than one already used).
+    Each step is (stream id, wait): wait for that call's answer before the next step. Returns
+    (outcome, detail): "OK" when every call was answered grpc-status 0 and the connection then
+    stayed open, else "GOAWAY <error>" (or what else ended it)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+    enc, dec, buf = hpack.Encoder(), hpack.Decoder(), b""
+    status = {}  # stream id -> grpc-status
+
+    def frame():
+        nonlocal buf
+        while True:
+            if len(buf) >= 9:
+                f, n = Frame.parse_frame_header(memoryview(buf[:9]))
+                if len(buf) >= 9 + n:
+                    f.parse_body(memoryview(buf[9:9 + n]))
+                    buf = buf[9 + n:]
+                    return f
+            try:
+                d = s.recv(65536)
+            except ConnectionResetError:
+                d = b""
+            if not d:
+                return None
+            buf += d
+
+    def read_until(sid):
+        """None when stream sid's call ended (sid 0: when the connection stays quiet), else
+        what ended the connection."""
+        while sid not in status:
+            try:
+                f = frame()
+            except socket.timeout:
+                return None if sid == 0 else "no answer for stream %d" % sid
+            if f is None:
+                return "EOF"
+            if isinstance(f, SettingsFrame) and "ACK" not in f.flags:
+                ack = SettingsFrame(0)
+                ack.flags.add("ACK")
+                s.sendall(ack.serialize())
+            elif isinstance(f, HeadersFrame):
+                h = dict(dec.decode(f.data))
+                if "END_STREAM" in f.flags:
+                    status[f.stream_id] = h.get("grpc-status", h.get(":status"))
+            elif isinstance(f, GoAwayFrame):
+                e = f.error_code
+                return "GOAWAY " + (H2_ERRORS[e] if e < len(H2_ERRORS) else str(e))
+        return None
+
+    try:
+        settings = SettingsFrame(0)
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings.serialize())
+        for sid, wait in steps:
+            hf = HeadersFrame(sid)
+            hf.data = enc.encode(gheaders("/inference.GRPCInferenceService/ServerLive"))
+            hf.flags.add("END_HEADERS")
+            df = DataFrame(sid)
+            df.data = gmsg(b"")
+            df.flags.add("END_STREAM")
+            s.sendall(hf.serialize() + df.serialize())
+            if wait:
+                end = read_until(sid)
+                if end:
+                    return end, "after stream %d" % sid
+        s.settimeout(0.5)  # then: does the connection end, or stay open and quiet?
+        end = read_until(0)
+        if end:
+            return end, "after the last step"
+        bad = dict((k, v) for k, v in status.items() if v != "0")
+        if bad or len(status) != len(steps):
+            return "answers %r" % status, "expected grpc-status 0 for streams %s" % (
+                [sid for sid, _ in steps],)
+        return "OK", ""
+    finally:
+        s.close()
 
 
 def gmsg(payload, flag=0, length=None):
@@ -430,8 +518,9 @@ def case(cid, cat, proto, send, want, msg=(), **kw):
     """send: what to send (protocol-specific, see run_*); want: gRPC code name or HTTP status;
     msg: substrings the message must contain. kw: rid (the framed request id to wait for),
     fatal (id-0 answer, then the connection closes), eof_only (closed without an answer), dup,
-    burst, skip_first (framed variants), http (:status of an h2 answer), close (HTTP framing
-    error: Connection: close), absent (substrings the message must not contain), bug."""
+    burst, skip_first (framed variants), http (:status of an h2 answer), ids (an h2 case whose
+    send is a list of (stream id, wait) steps, see h2_stream_ids), close (HTTP framing error:
+    Connection: close), absent (substrings the message must not contain), bug."""
     if isinstance(msg, str):
         msg = (msg,)
     CASES.append(dict(id=cid, cat=cat, proto=proto, send=send, want=want, msg=tuple(msg), **kw))
@@ -750,6 +839,11 @@ case("grpc-timeout-no-unit", "deadlines", "h2",
 case("h2-content-type-json", "framing", "h2",
      (gheaders(ctype="application/json"), gmsg(infer_req())),
      "INVALID_ARGUMENT", "content-type must be application/grpc", http="415")
+case("h2-content-type-missing", "framing", "h2", (gheaders(ctype=None), gmsg(infer_req())),
+     "INVALID_ARGUMENT", ("content-type must be application/grpc", "the request has none"),
+     http="415")
+case("h2-content-type-missing-no-body", "framing", "h2", (gheaders(ctype=None), None),
+     "INVALID_ARGUMENT", "the request has none", http="415")
 case("h2-method-get", "framing", "h2", (gheaders(method="GET"), None),
      "UNIMPLEMENTED", "gRPC calls are POST requests", http="405")
 case("h2-grpc-encoding-gzip", "framing", "h2",
@@ -772,6 +866,21 @@ case("h2-headers-20k", "lengths", "h2",
      "RESOURCE_EXHAUSTED", "request headers exceed grpc-max-header-bytes (16384 bytes)")
 case("h2-no-body", "lengths", "h2", (gheaders(), None),
      "INVALID_ARGUMENT", "request has 0 bytes of body")
+# Stream ids (RFC 9113 section 5.1.1): each new stream's id is above every id the client used
+# before; an id it skipped is closed, and a HEADERS on it is a connection error PROTOCOL_ERROR.
+case("h2-stream-id-lower", "ids", "h2", [(5, False), (3, False)],
+     "GOAWAY PROTOCOL_ERROR", (), ids=True)
+case("h2-stream-id-lower-after-answer", "ids", "h2", [(1, True), (7, True), (5, False)],
+     "GOAWAY PROTOCOL_ERROR", (), ids=True)
+case("h2-stream-id-first-skips", "ids", "h2", [(9, True), (1, False)],
+     "GOAWAY PROTOCOL_ERROR", (), ids=True)
+case("h2-stream-id-reused", "ids", "h2", [(1, True), (1, False)],
+     "GOAWAY STREAM_CLOSED", (), ids=True)
+case("h2-stream-id-skipping-is-fine", "ids", "h2", [(1, True), (7, True), (9, False)],
+     "OK", (), ids=True)
+case("h2-stream-id-lower-after-20-skips", "ids", "h2",
+     [(4 * i + 1, True) for i in range(21)] + [(79, False)],
+     "GOAWAY PROTOCOL_ERROR", (), ids=True)
 
 # -- HTTP/1.1 JSON: syntax and depth --
 case("json-truncated", "json", "http", post(INFER(), jbody()[:-7]),
@@ -1065,6 +1174,9 @@ def run_grpc(c):
 def run_h2(c):
     if h2 is None:
         return None, "", "skip: python3-h2 missing"
+    if c.get("ids"):
+        code, detail = h2_stream_ids(CTX.args.native_port, c["send"])
+        return code, detail, ""
     headers, data = c["send"]
     status, code, msg, reset = h2_call(CTX.args.native_port, headers, data)
     extra = ""
