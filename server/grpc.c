@@ -81,7 +81,8 @@ typedef struct h2_stream {
   int has_type;          /* a content-type header came */
   int has_timeout;
   uint64_t timeout_us;
-  char *authz;           /* "authorization" value (malloc'd), NULL when absent */
+  char *authz[2];        /* the first two "authorization" values (malloc'd), NULL when absent */
+  size_t n_authz;        /* "authorization" headers the request carried */
   size_t header_bytes;
   /* A refusal decided while reading (code != OK), answered at the end of the headers. */
   int code;
@@ -126,7 +127,8 @@ static void stream_free(tpu__h2_t *h, h2_stream_t *s) {
   h->pending_out -= s->out_len - s->out_off;
   free(s->body);
   free(s->out);
-  free(s->authz);
+  free(s->authz[0]);
+  free(s->authz[1]);
   free(s);
 }
 
@@ -246,17 +248,20 @@ static void dispatch(tpu__h2_t *h, h2_stream_t *s) {
     return;
   }
   Tpud__RequestEnvelope env = TPUD__REQUEST_ENVELOPE__INIT;
-  Tpud__RequestEnvelope__MetadataEntry authz = TPUD__REQUEST_ENVELOPE__METADATA_ENTRY__INIT;
-  Tpud__RequestEnvelope__MetadataEntry *md[1] = {&authz};
+  Tpud__RequestEnvelope__MetadataEntry authz[2] = {TPUD__REQUEST_ENVELOPE__METADATA_ENTRY__INIT,
+                                                   TPUD__REQUEST_ENVELOPE__METADATA_ENTRY__INIT};
+  Tpud__RequestEnvelope__MetadataEntry *md[2] = {&authz[0], &authz[1]};
   env.id = (uint64_t)s->id;
   env.method = (Tpud__Method)s->method;
   env.timeout_us = s->has_timeout ? s->timeout_us : 0;
-  if (s->authz) {
-    authz.key = "authorization";
-    authz.value = s->authz;
-    env.n_metadata = 1;
-    env.metadata = md;
+  /* Every "authorization" header as it came (two stand for any more): handlers.c refuses more
+   * than one, the same rule as for a framed envelope and HTTP. */
+  for (size_t i = 0; i < 2 && i < s->n_authz; i++) {
+    authz[i].key = "authorization";
+    authz[i].value = s->authz[i];
   }
+  env.n_metadata = s->n_authz < 2 ? s->n_authz : 2;
+  env.metadata = md;
   env.payload.data = s->body + TPU_FRAME_HEADER_SIZE;
   env.payload.len = mlen;
   tpu__handle_request(conn, &env, tpu_now_us());
@@ -367,11 +372,14 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
                    "(H, M, S, m, u or n)", v);
     }
   } else if (IS("authorization")) {
-    free(s->authz);
-    s->authz = malloc(valuelen + 1);
-    if (!s->authz) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    memcpy(s->authz, value, valuelen);
-    s->authz[valuelen] = '\0';
+    if (s->n_authz < 2) {
+      char *v = malloc(valuelen + 1);
+      if (!v) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+      memcpy(v, value, valuelen);
+      v[valuelen] = '\0';
+      s->authz[s->n_authz] = v;
+    }
+    s->n_authz++;
   } else if (IS("grpc-encoding")) {
     if (!(valuelen == 8 && memcmp(value, "identity", 8) == 0))
       refuse_later(s, TPU_CODE_UNIMPLEMENTED,

@@ -517,6 +517,7 @@ void tpu__handle_request(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t
                             .cert_cn = conn->sock.cert_cn[0] ? conn->sock.cert_cn : NULL,
                             .cert_subject = conn->sock.cert_subject};
     code = tpu__auth_check(srv, &peer, authz, authz ? strlen(authz) : 0,
+                           tpu_envelope_request_metadata_count(env, "authorization"),
                            tpu_auth_method_need(env->method, srv->cfg.auth_open_health),
                            conn->who, sizeof conn->who, msg, sizeof msg);
     if (code != TPU_CODE_OK) goto refuse;

@@ -793,8 +793,9 @@ static void route(tpu__io_t *io, hslot_t *req, const tpu_http_request_t *hr, con
                             .cert_cn = c->sock.cert_cn[0] ? c->sock.cert_cn : NULL,
                             .cert_subject = c->sock.cert_subject};
     char amsg[256];
-    int acode = tpu__auth_check(srv, &peer, hr->authorization, hr->authorization_len, need,
-                                c->who, sizeof c->who, amsg, sizeof amsg);
+    int acode = tpu__auth_check(srv, &peer, hr->authorization, hr->authorization_len,
+                                hr->authorization_count, need, c->who, sizeof c->who, amsg,
+                                sizeof amsg);
     if (acode != TPU_CODE_OK) {
       if (infer_path) {
         tpu__audit_reject(srv, c->who, NULL, seg[2], n >= 6 ? seg[4] : NULL, acode, amsg);
@@ -807,7 +808,7 @@ static void route(tpu__io_t *io, hslot_t *req, const tpu_http_request_t *hr, con
                             : "WWW-Authenticate: Bearer realm=\"tpud\"\r\n",
                         t0);
       else
-        send_error(req, 403, amsg, t0);
+        send_error(req, acode == TPU_CODE_INVALID_ARGUMENT ? 400 : 403, amsg, t0);
       return;
     }
   }

@@ -111,7 +111,8 @@ def envelope(rid=None, method=None, payload=None, timeout_us=None, metadata=None
         b += fv(2, method)
     if timeout_us is not None:
         b += fv(3, timeout_us)
-    for k, v in (metadata or {}).items():
+    # a dict, or a list of (key, value) pairs: the wire may repeat a map key
+    for k, v in (metadata.items() if isinstance(metadata, dict) else metadata or ()):
         b += fb(4, fb(1, k) + fb(2, v))
     if payload is not None:
         b += fb(5, payload)
@@ -835,6 +836,28 @@ case("grpc-timeout-no-unit", "deadlines", "h2",
      (gheaders(extra=[("grpc-timeout", "100")]), gmsg(infer_req())),
      "INVALID_ARGUMENT", "grpc-timeout '100' is not valid")
 
+# -- credentials: more than one authorization value is refused on every protocol, whatever the
+# policy (this server has none) and on open endpoints too: which one counts is ambiguous --
+TWO_AUTHZ = [("authorization", "Bearer first"), ("authorization", "Bearer second")]
+case("authz-twice-framed", "auth", "framed", frame(envelope(91, SERVER_LIVE, metadata=TWO_AUTHZ)),
+     "INVALID_ARGUMENT", ("carries 2 authorization values", "send exactly one"), rid=91)
+case("authz-twice-framed-infer", "auth", "framed",
+     frame(envelope(92, MODEL_INFER, infer_req(), metadata=TWO_AUTHZ)),
+     "INVALID_ARGUMENT", "carries 2 authorization values", rid=92)
+case("authz-three-framed", "auth", "framed",
+     frame(envelope(93, SERVER_LIVE, metadata=TWO_AUTHZ + [("authorization", "Bearer x")])),
+     "INVALID_ARGUMENT", "carries 3 authorization values", rid=93)
+case("authz-twice-grpc", "auth", "grpc", (INFER_PATH, infer_req(), TWO_AUTHZ),
+     "INVALID_ARGUMENT", ("carries 2 authorization values", "send exactly one"))
+case("authz-twice-h2", "auth", "h2", (gheaders(extra=TWO_AUTHZ), gmsg(infer_req())),
+     "INVALID_ARGUMENT", "carries 2 authorization values")
+case("authz-twice-http", "auth", "http",
+     post(INFER(), jbody(), extra="Authorization: Bearer first\r\nauthorization: Bearer b\r\n"),
+     400, ("carries 2 authorization values", "send exactly one"))
+case("authz-twice-http-health", "auth", "http",
+     get("/v2/health/ready", extra="Authorization: Bearer a\r\nAuthorization: Bearer a\r\n"),
+     400, "carries 2 authorization values")
+
 # -- gRPC over HTTP/2 framing and headers --
 case("h2-content-type-json", "framing", "h2",
      (gheaders(ctype="application/json"), gmsg(infer_req())),
@@ -1166,8 +1189,9 @@ def run_framed(c):
 def run_grpc(c):
     if grpc is None:
         return None, "", "skip: python3-grpcio missing"
-    path, data = c["send"]
-    code, msg = grpc_call(CTX.args.native_port, path, data)
+    path, data = c["send"][:2]
+    code, msg = grpc_call(CTX.args.native_port, path, data,
+                          metadata=c["send"][2] if len(c["send"]) > 2 else None)
     return code, msg, ""
 
 
