@@ -836,6 +836,56 @@ case("grpc-timeout-no-unit", "deadlines", "h2",
      (gheaders(extra=[("grpc-timeout", "100")]), gmsg(infer_req())),
      "INVALID_ARGUMENT", "grpc-timeout '100' is not valid")
 
+# -- NaN and infinity: refused in every floating-point input; a result that overflows FP32 is
+# refused too (INVALID_ARGUMENT / HTTP 400), never answered (JSON would have no text for it) --
+NAN, INF = float("nan"), float("inf")
+
+
+def fp32_rows(rows):
+    return struct.pack("<%df" % sum(len(r) for r in rows), *[v for r in rows for v in r])
+
+
+ONE = [1.0] * 64
+case("nonfinite-input-nan", "nonfinite", "framed",
+     frame(envelope(101, MODEL_INFER, infer_req(raw=[fp32_rows([ONE[:5] + [NAN] + ONE[6:]])]))),
+     "INVALID_ARGUMENT", "input 'x': element [0,5] is NaN; expected finite FP32 values", rid=101)
+case("nonfinite-input-inf-row-1", "nonfinite", "framed",
+     frame(envelope(102, MODEL_INFER, infer_req(inputs=[infer_input(shape=(2, 64))],
+                                                raw=[fp32_rows([ONE, ONE[:63] + [INF]])]))),
+     "INVALID_ARGUMENT", "input 'x': element [1,63] is infinity", rid=102)
+case("nonfinite-input-typed-neg-inf", "nonfinite", "grpc",
+     (INFER_PATH, infer_req(inputs=[infer_input(fp32=[-INF] + ONE[1:])], raw=[])),
+     "INVALID_ARGUMENT", "input 'x': element [0,0] is -infinity")
+case("nonfinite-output-3e38", "nonfinite", "framed",
+     frame(envelope(103, MODEL_INFER, infer_req(raw=[fp32_rows([[3e38] * 64])]))),
+     "INVALID_ARGUMENT", ("model 'digits' version 1: output 'probs' element [0,0] is NaN",
+                          "the input overflows FP32 inside the model"), rid=103)
+case("nonfinite-output-3e38-grpc", "nonfinite", "grpc",
+     (INFER_PATH, infer_req(raw=[fp32_rows([[3e38] * 64])])),
+     "INVALID_ARGUMENT", "output 'probs' element [0,0] is NaN")
+case("nonfinite-output-3e38-http", "nonfinite", "http",
+     post(INFER(), jbody([jinput(shape=(2, 64), data=[ONE, [3e38] * 64])])),
+     400, ("output 'probs' element [1,0] is NaN", "the input overflows FP32 inside the model"))
+case("nonfinite-http-fp64-beyond-fp32", "nonfinite", "http",
+     post(INFER(), jbody([jinput(dt="FP64", data=[1.0] * 9 + [1e300] + [1.0] * 54)])),
+     400, "inputs[0].data[9]: 1e+300 is out of range for FP32, the model's datatype")
+case("nonfinite-matmul-input-nan", "nonfinite", "framed",
+     frame(envelope(104, MATMUL, matmul_req(tensor([2, 2], data=fp32_rows([[1, 2, NAN, 4]])),
+                                            tensor([2, 2])))),
+     "INVALID_ARGUMENT", "matmul: tensor 'a': element [1,0] is NaN", rid=104)
+case("nonfinite-matmul-input-bf16-inf", "nonfinite", "grpc",
+     (MATMUL_PATH, matmul_req(tensor([2, 2], "BF16"),
+                              tensor([2, 2], "BF16", data=b"\0\0\0\0\0\0\x80\x7f"))),
+     "INVALID_ARGUMENT", "matmul: tensor 'b': element [1,1] is infinity")
+case("nonfinite-matmul-overflow", "nonfinite", "framed",
+     frame(envelope(105, MATMUL, matmul_req(tensor([1, 2], data=fp32_rows([[3e38, 3e38]])),
+                                            tensor([2, 1], data=fp32_rows([[2, 2]]))))),
+     "INVALID_ARGUMENT", ("matmul: result element [0,0] is infinity", "overflows FP32"), rid=105)
+case("nonfinite-matmul-overflow-grpc", "nonfinite", "grpc",
+     (MATMUL_PATH, matmul_req(tensor([1, 1], data=fp32_rows([[-3e38]])),
+                              tensor([1, 2], data=fp32_rows([[1, 10]])))),
+     "INVALID_ARGUMENT", "matmul: result element [0,1] is -infinity")
+
 # -- credentials: more than one authorization value is refused on every protocol, whatever the
 # policy (this server has none) and on open endpoints too: which one counts is ambiguous --
 TWO_AUTHZ = [("authorization", "Bearer first"), ("authorization", "Bearer second")]
