@@ -532,3 +532,11 @@ const char *tpu_envelope_request_metadata(const Tpud__RequestEnvelope *env, cons
       return env->metadata[i]->value;
   return NULL;
 }
+
+size_t tpu_envelope_request_metadata_count(const Tpud__RequestEnvelope *env, const char *key) {
+  size_t n = 0;
+  if (!env || !key) return 0;
+  for (size_t i = 0; i < env->n_metadata; i++)
+    if (env->metadata[i]->key && strcmp(env->metadata[i]->key, key) == 0) n++;
+  return n;
+}

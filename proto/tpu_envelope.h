@@ -143,8 +143,14 @@ tpu_proto_status_t tpu_envelope_unpack_response_payload(const Tpud__ResponseEnve
                                                         int method, ProtobufCMessage **out,
                                                         tpu_proto_error_t *err);
 
-/* The value of the first metadata entry named `key` in a request, or NULL when absent. */
+/* The value of the first metadata entry named `key` in a request, or NULL when absent. The wire
+ * may carry a map key more than once (protobuf's own rule is that the last wins); where that
+ * matters, ask tpu_envelope_request_metadata_count first. */
 const char *tpu_envelope_request_metadata(const Tpud__RequestEnvelope *env, const char *key);
+
+/* How many metadata entries of a request are named `key` (exactly: keys are lower-case), as
+ * they came on the wire: the server refuses a request with more than one "authorization". */
+size_t tpu_envelope_request_metadata_count(const Tpud__RequestEnvelope *env, const char *key);
 
 #ifdef __cplusplus
 }

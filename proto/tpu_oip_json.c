@@ -396,12 +396,8 @@ static size_t f32_print(char *out, int neg, uint64_t D, int p, int x) {
   return (size_t)(o - out);
 }
 
-/* The shortest "%.{6..9}g" text of v that reads back as v; "null" when not finite. */
+/* The shortest "%.{6..9}g" text of v (finite) that reads back as v. */
 static size_t f32_format(char *tmp, float v) {
-  if (!isfinite(v)) {
-    memcpy(tmp, "null", 5);
-    return 4;
-  }
   if (v == 0) {
     if (signbit(v)) {
       memcpy(tmp, "-0", 3);
@@ -426,24 +422,26 @@ static size_t f32_format(char *tmp, float v) {
   return (size_t)n;
 }
 
-static void sb_float(sbuf_t *b, float v) {
+/* Appends v; -1 (nothing appended) when v is NaN or infinite, which JSON has no text for
+ * (RFC 8259 section 6): the caller fails, rather than write null or a token that is not JSON. */
+static int sb_float(sbuf_t *b, float v) {
+  if (!isfinite(v)) return -1;
   char tmp[32];
   size_t n = f32_format(tmp, v);
   sb_put(b, tmp, n);
+  return 0;
 }
 
-/* Shortest "%.*g" that reads back as the same double (15..17 digits). */
-static void sb_double(sbuf_t *b, double v) {
-  if (!isfinite(v)) {
-    sb_puts(b, "null");
-    return;
-  }
+/* Shortest "%.*g" that reads back as the same double (15..17 digits); -1 as sb_float. */
+static int sb_double(sbuf_t *b, double v) {
+  if (!isfinite(v)) return -1;
   char tmp[40];
   for (int p = 15; p <= 17; p++) {
     snprintf(tmp, sizeof tmp, "%.*g", p, v);
     if (strtod(tmp, NULL) == v) break;
   }
   sb_puts(b, tmp);
+  return 0;
 }
 
 static void format_shape(char *out, size_t outlen, const int64_t *shape, size_t rank) {
@@ -1488,6 +1486,13 @@ tpu_oip_json_status_t tpu_oip_json_infer_request_parse(const char *text, size_t 
 
 /* ---- tensors to JSON ---- */
 
+/* The refusal of a NaN or infinite element: the whole conversion fails. */
+static tpu_oip_json_status_t not_finite(ectx_t *e, const char *what, size_t i, double v) {
+  return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+              "%s: element %zu is %s, which JSON cannot express (RFC 8259 has no NaN or "
+              "infinity)", what, i, isnan(v) ? "NaN" : v > 0 ? "infinity" : "-infinity");
+}
+
 /* Appends `count` elements of raw little-endian data as a JSON array. */
 static tpu_oip_json_status_t format_raw_data(ectx_t *e, sbuf_t *b, const dtype_t *dt,
                                              const uint8_t *p, size_t nbytes, size_t count,
@@ -1534,13 +1539,19 @@ static tpu_oip_json_status_t format_raw_data(ectx_t *e, sbuf_t *b, const dtype_t
       sb_printf(b, "%" PRId64, v);
       break;
     }
-    case K_FP16: sb_float(b, f16_to_f32((uint16_t)u)); break;
-    case K_BF16: sb_float(b, bf16_to_f32((uint16_t)u)); break;
-    case K_FP32: sb_float(b, f32_from_bits((uint32_t)u)); break;
+    case K_FP16:
+    case K_BF16:
+    case K_FP32: {
+      float f = dt->kind == K_FP32   ? f32_from_bits((uint32_t)u)
+                : dt->kind == K_BF16 ? bf16_to_f32((uint16_t)u)
+                                     : f16_to_f32((uint16_t)u);
+      if (sb_float(b, f) != 0) return not_finite(e, what, i, f);
+      break;
+    }
     case K_FP64: {
       double d;
       memcpy(&d, &u, 8);
-      sb_double(b, d);
+      if (sb_double(b, d) != 0) return not_finite(e, what, i, d);
       break;
     }
     case K_BYTES: break; /* handled above */
@@ -1588,8 +1599,13 @@ static tpu_oip_json_status_t format_contents(ectx_t *e, sbuf_t *b, const dtype_t
     case K_INT:
       sb_printf(b, "%" PRId64, dt->size == 8 ? c->int64_contents[i] : (int64_t)c->int_contents[i]);
       break;
-    case K_FP32: sb_float(b, c->fp32_contents[i]); break;
-    case K_FP64: sb_double(b, c->fp64_contents[i]); break;
+    case K_FP32:
+      if (sb_float(b, c->fp32_contents[i]) != 0) return not_finite(e, what, i, c->fp32_contents[i]);
+      break;
+    case K_FP64:
+      if (sb_double(b, c->fp64_contents[i]) != 0)
+        return not_finite(e, what, i, c->fp64_contents[i]);
+      break;
     case K_BYTES:
       if (!tpu_utf8_valid(c->bytes_contents[i].data, c->bytes_contents[i].len))
         return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
@@ -1678,7 +1694,12 @@ static tpu_oip_json_status_t format_params(ectx_t *e, sbuf_t *b, size_t n,
       sb_printf(b, "%" PRIu64, p->uint64_param);
       break;
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM:
-      sb_double(b, p->double_param);
+      if (sb_double(b, p->double_param) != 0)
+        return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                    "%s: parameter \"%.64s\" is %s, which JSON cannot express (RFC 8259 has no "
+                    "NaN or infinity)", what, ent->key ? ent->key : "",
+                    isnan(p->double_param) ? "NaN" : p->double_param > 0 ? "infinity"
+                                                                          : "-infinity");
       break;
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM:
       st = sb_field_string(e, b, p->string_param, what);

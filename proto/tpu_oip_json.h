@@ -13,7 +13,10 @@
  * 4-byte little-endian length + bytes per element, as Triton does). Typed `contents` are never
  * produced. Responses: raw_output_contents (or, failing that, typed contents) are decoded back to
  * flat `data` arrays. Floats are printed in their shortest round-trip form ("0.1", not
- * "0.10000000149011612"); non-finite values, which JSON cannot express, become null.
+ * "0.10000000149011612"). NaN and infinities, which JSON cannot express (RFC 8259 section 6;
+ * the OIP types data as JSON numbers), make the conversion fail with INVALID and a message
+ * naming the element: never null (a number silently lost) nor bare NaN/Infinity tokens (text
+ * that is not JSON, as Triton writes).
  *
  * Limits: nesting depth is checked on the text before jansson builds anything, so a hostile body
  * of a million '[' costs a scan, not a million allocations. Element counts are checked against
@@ -108,7 +111,7 @@ tpu_oip_json_status_t tpu_oip_json_infer_request_from_json(const json_t *root,
  *    "data"}]}
  * ("id" and "parameters" only when set), data flat in row-major order. *out is a NUL-terminated
  * malloc'd string the caller frees. Fails with INVALID when an output's data does not match its
- * shape and datatype, naming the output.
+ * shape and datatype, or holds a NaN or infinity (or a parameter does), naming the output.
  */
 tpu_oip_json_status_t tpu_oip_json_infer_response_format(const Inference__ModelInferResponse *resp,
                                                          char **out, char *err, size_t errlen);
@@ -137,7 +140,7 @@ void tpu_oip_tensor_clear(tpu_oip_tensor_t *t);
 /*
  * Formats raw tensor bytes as {"shape": [..], "datatype": "..", "data": [..]} (data flat). *out
  * is a malloc'd NUL-terminated string. Fails with INVALID when nbytes does not match shape and
- * datatype or the datatype is unknown.
+ * datatype, the datatype is unknown, or an element is NaN or infinite.
  */
 tpu_oip_json_status_t tpu_oip_json_tensor_format(const char *datatype, const int64_t *shape,
                                                  size_t rank, const void *data, size_t nbytes,

@@ -274,14 +274,21 @@ int tpu_auth_parse_bearer(const char *v, size_t len, const char **tok, size_t *t
 int tpu_auth_enabled(const tpu_auth_policy_t *p) { return p->table != NULL || p->require_cert; }
 
 int tpu_auth_decide(const tpu_auth_policy_t *p, const tpu_auth_peer_t *peer, const char *authz,
-                    size_t authz_len, tpu_need_t need, char *who, size_t wholen, char *msg,
-                    size_t msglen, tpu_role_t *role_out) {
+                    size_t authz_len, size_t n_authz, tpu_need_t need, char *who, size_t wholen,
+                    char *msg, size_t msglen, tpu_role_t *role_out) {
   const char *addr = peer->peer ? peer->peer : "?";
   const char *subj = peer->cert_subject && *peer->cert_subject ? peer->cert_subject : NULL;
   tpu_role_t role = TPU_ROLE_NONE;
   const char *token_name = NULL;
   int code = TPU_CODE_OK;
   if (msglen) msg[0] = 0;
+  if (n_authz > 1) { /* no principal: neither value is looked at */
+    seterr(msg, msglen, "the request carries %zu authorization values; send exactly one "
+           "(\"authorization: Bearer <token>\"): which of several counts is ambiguous, so "
+           "none does", n_authz);
+    code = TPU_CODE_INVALID_ARGUMENT;
+    goto done;
+  }
   if (!tpu_auth_enabled(p)) {
     role = TPU_ROLE_ADMIN; /* no access control configured: loopback by default (README) */
     goto done;

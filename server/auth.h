@@ -25,7 +25,9 @@
  * certificate came with it); without one, a verified client certificate is its principal, with
  * its `cert` line's role or the default; with neither, UNAUTHENTICATED. Open endpoints (health,
  * and metrics when asked) skip all of it. A principal whose role is below the need gets
- * PERMISSION_DENIED.
+ * PERMISSION_DENIED. Before all of it, a request carrying more than one authorization value is
+ * INVALID_ARGUMENT (HTTP 400, RFC 6750 section 3.1 "invalid_request": it "repeats the same
+ * parameter"), even where credentials are not looked at.
  */
 #ifndef TPU_AUTH_H
 #define TPU_AUTH_H
@@ -112,15 +114,19 @@ int tpu_auth_enabled(const tpu_auth_policy_t *p);
 
 /*
  * Decides one request. `authz` is the "authorization" metadata or header value (NULL when
- * absent). Writes the identity for the audit log to who[0..wholen): the principal, then the
+ * absent) and `n_authz` how many such values the request carried (authz is the first): more
+ * than one is INVALID_ARGUMENT (3) whatever the policy, on every endpoint, open or not and with
+ * or without access control, since which of several counts is ambiguous (protobuf's map says
+ * the last, an HTTP proxy may have checked the first). Writes the identity for the audit log to who[0..wholen): the principal, then the
  * peer address in parentheses: "CN=alice SAN=DNS:alice.example (127.0.0.1:5555)",
  * "token=ci (10.0.0.7:4242)", "token=ci CN=runner (10.0.0.7:4242)" (a token over mTLS); just
- * the peer address when no principal is known. Returns TPU_CODE_OK (0), 16 (UNAUTHENTICATED) or 7
- * (PERMISSION_DENIED) with msg saying why; *role_out (may be NULL) receives the principal's role.
+ * the peer address when no principal is known. Returns TPU_CODE_OK (0), 3 (INVALID_ARGUMENT), 16
+ * (UNAUTHENTICATED) or 7 (PERMISSION_DENIED) with msg saying why; *role_out (may be NULL)
+ * receives the principal's role.
  */
 int tpu_auth_decide(const tpu_auth_policy_t *p, const tpu_auth_peer_t *peer, const char *authz,
-                    size_t authz_len, tpu_need_t need, char *who, size_t wholen, char *msg,
-                    size_t msglen, tpu_role_t *role_out);
+                    size_t authz_len, size_t n_authz, tpu_need_t need, char *who, size_t wholen,
+                    char *msg, size_t msglen, tpu_role_t *role_out);
 
 /* What a native method (Tpud__Method) needs; open_health: ServerLive/ServerReady are open. */
 tpu_need_t tpu_auth_method_need(int method, int open_health);

@@ -131,17 +131,19 @@ void tpu__auth_free(tpu_server_t *srv) {
 }
 
 int tpu__auth_check(tpu_server_t *srv, const tpu_auth_peer_t *peer, const char *authz,
-                    size_t authz_len, tpu_need_t need, char *who, size_t wholen, char *msg,
-                    size_t msglen) {
+                    size_t authz_len, size_t n_authz, tpu_need_t need, char *who, size_t wholen,
+                    char *msg, size_t msglen) {
   struct tpu__auth *a = srv->auth;
-  if (!a) {
-    snprintf(who, wholen, "%s", peer->peer ? peer->peer : "?");
-    return TPU_CODE_OK;
+  if (!a) { /* not started: no policy, but the one rule every policy shares */
+    tpu_auth_policy_t none = {0};
+    return tpu_auth_decide(&none, peer, authz, authz_len, n_authz, need, who, wholen, msg,
+                           msglen, NULL);
   }
   pthread_rwlock_rdlock(&a->lock);
   tpu_auth_policy_t p = {.table = a->table, .require_cert = a->require_cert,
                          .cert_role = a->cert_role};
-  int code = tpu_auth_decide(&p, peer, authz, authz_len, need, who, wholen, msg, msglen, NULL);
+  int code = tpu_auth_decide(&p, peer, authz, authz_len, n_authz, need, who, wholen, msg, msglen,
+                             NULL);
   pthread_rwlock_unlock(&a->lock);
   return code;
 }

@@ -5,13 +5,15 @@
  * A fixed set of threads takes calls FIFO from one queue (mutex + condition variable: these
  * threads have no event loop to wake, so a condvar is their wake-up). Before computing, a call
  * whose client disconnected (CANCELLED) or whose deadline passed (DEADLINE_EXCEEDED) is answered
- * without compute. The result goes back to the owning I/O thread's queue; nothing here touches a
+ * without compute. An FP32 result that overflowed to infinity or NaN is refused (INVALID_ARGUMENT),
+ * never answered. The result goes back to the owning I/O thread's queue; nothing here touches a
  * socket or a connection.
  *
  * Lock rules: `mu` guards head/tail/stopping/aborting only; it is never held while computing or
  * while pushing a completion.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,24 @@ struct tpu__mmpool {
   tpu_qnode_t *head, *tail;
   int stopping, aborting;
 };
+
+/* An FP32 result (FP32 and BF16 operands) that overflowed is refused, as an infer result is
+ * (handlers.c): the operands are finite (validate.c), so the products or their sums left FP32's
+ * range. INT8 gives INT32, always finite. */
+static void refuse_nonfinite(tpu__call_t *call) {
+  if (call->dtype == TPU_DTYPE_INT8) return;
+  const float *c = call->c;
+  for (size_t i = 0; i < call->m * call->n; i++) {
+    if (isfinite(c[i])) continue;
+    call->code = TPU_CODE_INVALID_ARGUMENT;
+    snprintf(call->msg_text, sizeof call->msg_text,
+             "matmul: result element [%zu,%zu] is %s: the product overflows FP32, so there is "
+             "no result (expected operands whose products and sums stay below 3.4e38)",
+             i / call->n, i % call->n,
+             isnan(c[i]) ? "NaN" : c[i] > 0 ? "infinity" : "-infinity");
+    return;
+  }
+}
 
 static void run_matmul(tpu__mmpool_t *p, tpu__call_t *call, int aborting) {
   uint64_t now = tpu_now_us();
@@ -57,6 +77,7 @@ static void run_matmul(tpu__mmpool_t *p, tpu__call_t *call, int aborting) {
       snprintf(call->msg_text, sizeof call->msg_text, "matmul: engine: %s", tpu_strerror(st));
     } else {
       call->code = TPU_CODE_OK;
+      refuse_nonfinite(call);
     }
   }
   tpu__call_finish(call); /* digests and the audit record here, on this pool thread */

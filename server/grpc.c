@@ -22,6 +22,11 @@
  * processed. An answer from a completion is pulled at once and written by the deferred flush
  * after the batch of completions (tpu__conn_flush).
  *
+ * Not gRPC: a request whose content-type is missing or not application/grpc gets HTTP 415 (and
+ * grpc-status INVALID_ARGUMENT), a method other than POST 405, so no other HTTP/2 client reads
+ * the refusal as success. Stream ids: a HEADERS on an id the client skipped (below one it has
+ * used) is a connection error, GOAWAY PROTOCOL_ERROR (RFC 9113 section 5.1.1; see on_begin_frame).
+ *
  * Streams: a stream's request body is gathered (bounded by max-message-bytes, and all streams of
  * a connection together by the same figure) and dispatched at END_STREAM. A stream the client
  * resets (RST_STREAM) while its call is in flight sets that call's cancel flag, the flag a closed
@@ -58,6 +63,10 @@
 /* Per-stream receive window we advertise: a ModelInfer of a few hundred KiB in one round trip. */
 #define H2_STREAM_WINDOW (1u << 20)
 #define H2_CONN_WINDOW (16u << 20)
+/* Runs of client stream ids skipped (never opened) that a connection remembers; a client that
+ * skips more often than this loses the oldest (a HEADERS in a forgotten run is then ignored, as
+ * nghttp2 does with every HEADERS below the newest stream). Real clients skip none. */
+#define H2_MAX_GAPS 16
 
 typedef enum { S_READING, S_DISPATCHED, S_ANSWERED } stream_state_t;
 
@@ -68,10 +77,12 @@ typedef struct h2_stream {
   int method;            /* Tpud__Method from :path; 0 = not a method we serve */
   char path[128];        /* for messages (truncated) */
   int bad_method;        /* :method not POST */
-  int bad_type;          /* content-type not application/grpc */
+  int bad_type;          /* content-type missing or not application/grpc: 415 */
+  int has_type;          /* a content-type header came */
   int has_timeout;
   uint64_t timeout_us;
-  char *authz;           /* "authorization" value (malloc'd), NULL when absent */
+  char *authz[2];        /* the first two "authorization" values (malloc'd), NULL when absent */
+  size_t n_authz;        /* "authorization" headers the request carried */
   size_t header_bytes;
   /* A refusal decided while reading (code != OK), answered at the end of the headers. */
   int code;
@@ -94,6 +105,12 @@ struct tpu__h2 {
   double reset_tokens;   /* rapid-reset bucket: resets the client may still make */
   uint64_t reset_at_us;  /* when the bucket was last refilled */
   h2_stream_t *streams;  /* open streams (freed with the session) */
+  int32_t max_client_id; /* the highest stream id a client HEADERS frame has used */
+  /* Odd ids below max_client_id that no HEADERS opened, as runs [lo, hi], oldest first. */
+  struct {
+    int32_t lo, hi;
+  } gaps[H2_MAX_GAPS];
+  size_t ngaps;
 };
 
 /* ---- helpers ---- */
@@ -111,7 +128,8 @@ static void stream_free(tpu__h2_t *h, h2_stream_t *s) {
   tpu_stats_sub(&tpu_stats.buffered_bytes, s->out_len - s->out_off); /* max-buffered-bytes */
   free(s->body);
   free(s->out);
-  free(s->authz);
+  free(s->authz[0]);
+  free(s->authz[1]);
   free(s);
 }
 
@@ -129,7 +147,9 @@ static void respond_error(tpu__h2_t *h, h2_stream_t *s, int code, const char *ms
   char status[8], pmsg[700];
   snprintf(status, sizeof status, "%d", code);
   tpu_grpc_percent_encode(msg ? msg : "", pmsg, sizeof pmsg);
-  const char *http = s->bad_type ? "415" : s->bad_method ? "405" : "200";
+  /* Not a gRPC request (dispatch refuses the method first): an HTTP status other than 200, so
+   * a client that is not gRPC does not read the answer as success. */
+  const char *http = s->bad_method ? "405" : s->bad_type ? "415" : "200";
   nghttp2_nv nva[] = {NV(":status", http), NV("content-type", "application/grpc"),
                       NV("grpc-status", status), NV("grpc-message", pmsg)};
   s->state = S_ANSWERED;
@@ -173,7 +193,10 @@ static void dispatch(tpu__h2_t *h, h2_stream_t *s) {
   }
   if (s->bad_type) {
     refuse(h, s, TPU_CODE_INVALID_ARGUMENT,
-           "content-type must be application/grpc (tpud speaks gRPC with protobuf messages)");
+           s->has_type ? "content-type must be application/grpc (tpud speaks gRPC with protobuf "
+                         "messages)"
+                       : "content-type must be application/grpc (tpud speaks gRPC with protobuf "
+                         "messages); the request has none");
     return;
   }
   if (s->method == 0) {
@@ -226,17 +249,20 @@ static void dispatch(tpu__h2_t *h, h2_stream_t *s) {
     return;
   }
   Tpud__RequestEnvelope env = TPUD__REQUEST_ENVELOPE__INIT;
-  Tpud__RequestEnvelope__MetadataEntry authz = TPUD__REQUEST_ENVELOPE__METADATA_ENTRY__INIT;
-  Tpud__RequestEnvelope__MetadataEntry *md[1] = {&authz};
+  Tpud__RequestEnvelope__MetadataEntry authz[2] = {TPUD__REQUEST_ENVELOPE__METADATA_ENTRY__INIT,
+                                                   TPUD__REQUEST_ENVELOPE__METADATA_ENTRY__INIT};
+  Tpud__RequestEnvelope__MetadataEntry *md[2] = {&authz[0], &authz[1]};
   env.id = (uint64_t)s->id;
   env.method = (Tpud__Method)s->method;
   env.timeout_us = s->has_timeout ? s->timeout_us : 0;
-  if (s->authz) {
-    authz.key = "authorization";
-    authz.value = s->authz;
-    env.n_metadata = 1;
-    env.metadata = md;
+  /* Every "authorization" header as it came (two stand for any more): handlers.c refuses more
+   * than one, the same rule as for a framed envelope and HTTP. */
+  for (size_t i = 0; i < 2 && i < s->n_authz; i++) {
+    authz[i].key = "authorization";
+    authz[i].value = s->authz[i];
   }
+  env.n_metadata = s->n_authz < 2 ? s->n_authz : 2;
+  env.metadata = md;
   env.payload.data = s->body + TPU_FRAME_HEADER_SIZE;
   env.payload.len = mlen;
   tpu__handle_request(conn, &env, tpu_now_us());
@@ -246,6 +272,51 @@ static void dispatch(tpu__h2_t *h, h2_stream_t *s) {
 }
 
 /* ---- nghttp2 callbacks ---- */
+
+/*
+ * Stream ids (RFC 9113 section 5.1.1): a client opens streams with increasing odd ids, and an id
+ * it skipped is closed for good; "an endpoint that receives an unexpected stream identifier MUST
+ * respond with a connection error of type PROTOCOL_ERROR". nghttp2 refuses ids of 0, even ids
+ * and HEADERS on streams it still knows closed, but it ignores, silently, a HEADERS whose id is
+ * below the newest stream and belongs to no stream it remembers (it cannot tell an id never
+ * used from a stream closed long ago). So this remembers the ids a client skipped and answers
+ * a HEADERS on one of them with GOAWAY PROTOCOL_ERROR. A HEADERS below the newest id on a stream
+ * that was opened stays nghttp2's: trailers on an open stream, discarded after our RST_STREAM
+ * (section 5.1: the client may have sent it before our reset arrived), STREAM_CLOSED else.
+ */
+static int in_gap(const tpu__h2_t *h, int32_t id) {
+  for (size_t i = 0; i < h->ngaps; i++)
+    if (id >= h->gaps[i].lo && id <= h->gaps[i].hi) return 1;
+  return 0;
+}
+
+static int on_begin_frame(nghttp2_session *session, const nghttp2_frame_hd *hd, void *ud) {
+  tpu__h2_t *h = ud;
+  int32_t id = hd->stream_id;
+  if (hd->type != NGHTTP2_HEADERS || id <= 0 || !(id & 1)) return 0; /* nghttp2's to refuse */
+  if (id > h->max_client_id) {
+    int64_t next = h->max_client_id ? (int64_t)h->max_client_id + 2 : 1; /* the id due */
+    if (id > next) { /* ids skipped: closed for good */
+      if (h->ngaps == H2_MAX_GAPS) {
+        memmove(h->gaps, h->gaps + 1, (H2_MAX_GAPS - 1) * sizeof h->gaps[0]);
+        h->ngaps--;
+      }
+      h->gaps[h->ngaps].lo = (int32_t)next;
+      h->gaps[h->ngaps].hi = id - 2;
+      h->ngaps++;
+    }
+    h->max_client_id = id;
+    return 0;
+  }
+  if (!in_gap(h, id)) return 0;
+  tpu_stats_inc(&tpu_stats.bad_frames, 1);
+  tpu_log_warn("connection %llu from %s: HEADERS on stream %d, which the client skipped (it "
+               "has opened stream %d): stream ids must increase (RFC 9113 section 5.1.1); "
+               "GOAWAY PROTOCOL_ERROR", (unsigned long long)h->conn->serial, h->conn->peer, id,
+               h->max_client_id);
+  nghttp2_session_terminate_session(session, NGHTTP2_PROTOCOL_ERROR);
+  return 0;
+}
 
 static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
   tpu__h2_t *h = ud;
@@ -287,6 +358,7 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
   } else if (IS(":method")) {
     s->bad_method = !(valuelen == 4 && memcmp(value, "POST", 4) == 0);
   } else if (IS("content-type")) {
+    s->has_type = 1;
     s->bad_type = !tpu_grpc_content_type_ok(value, valuelen);
   } else if (IS("grpc-timeout")) {
     if (tpu_grpc_parse_timeout(value, valuelen, &s->timeout_us) == 0) {
@@ -301,11 +373,14 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
                    "(H, M, S, m, u or n)", v);
     }
   } else if (IS("authorization")) {
-    free(s->authz);
-    s->authz = malloc(valuelen + 1);
-    if (!s->authz) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    memcpy(s->authz, value, valuelen);
-    s->authz[valuelen] = '\0';
+    if (s->n_authz < 2) {
+      char *v = malloc(valuelen + 1);
+      if (!v) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+      memcpy(v, value, valuelen);
+      v[valuelen] = '\0';
+      s->authz[s->n_authz] = v;
+    }
+    s->n_authz++;
   } else if (IS("grpc-encoding")) {
     if (!(valuelen == 8 && memcmp(value, "identity", 8) == 0))
       refuse_later(s, TPU_CODE_UNIMPLEMENTED,
@@ -372,6 +447,11 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
   case NGHTTP2_DATA: {
     h2_stream_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
     if (!s) return 0;
+    /* No content-type at all does not begin with "application/grpc" either: 415, as the gRPC
+     * HTTP/2 protocol says for any other type (PROTOCOL-HTTP2.md, "Requests"). */
+    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST &&
+        !s->has_type)
+      s->bad_type = 1;
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {
       dispatch(h, s);
     } else if (frame->hd.type == NGHTTP2_HEADERS && s->state == S_READING &&
@@ -461,6 +541,7 @@ int tpu__grpc_open(tpu__conn_t *conn) {
   h->conn = conn;
   h->reset_tokens = H2_RESET_BURST;
   h->reset_at_us = tpu_now_us();
+  nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
   nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
   nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);

@@ -11,10 +11,16 @@
  * freed). ModelLoad/ModelUnload are queued to the repository thread and come back like compute.
  *
  * Access control comes first: tpu__handle_request decides each request (auth.h: the bearer token
- * in the envelope's "authorization" metadata, else the connection's client certificate) before
- * anything else, and sets conn->who, the identity every audit record of the request carries.
- * UNAUTHENTICATED and PERMISSION_DENIED answers of audited methods are audited too.
+ * in the envelope's "authorization" metadata, else the connection's client certificate; more
+ * than one such entry is INVALID_ARGUMENT) before anything else, and sets conn->who, the
+ * identity every audit record of the request carries. UNAUTHENTICATED and PERMISSION_DENIED
+ * answers of audited methods are audited too.
+ *
+ * An infer result holding a NaN or infinity (the model's arithmetic overflowed FP32: inputs are
+ * checked finite) is refused INVALID_ARGUMENT on the batcher thread (infer_done), before its
+ * audit record, on every protocol alike.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,10 +180,31 @@ static void do_repository_index(tpu__conn_t *conn, uint64_t id, Tpud__Repository
 
 /* ---- ModelInfer ---- */
 
+/* A result that is not finite (validation refuses non-finite inputs, and the weights are checked
+ * at load, so the model's arithmetic overflowed FP32 on this input: 3e38 through a dense layer)
+ * is refused, never answered: JSON cannot carry it, and a NaN score passed on as a number is
+ * worse than an error. Here, on the batcher thread, before the audit record, so the log says
+ * what the client got. */
+static void refuse_nonfinite(tpu__call_t *call) {
+  const tpu__model_t *m = call->model;
+  size_t cols = (size_t)m->out_shape[1], n = call->rows * cols;
+  for (size_t i = 0; i < n; i++) {
+    if (isfinite(call->out[i])) continue;
+    call->code = TPU_CODE_INVALID_ARGUMENT;
+    snprintf(call->msg_text, sizeof call->msg_text,
+             "%s: output '%s' element [%zu,%zu] is %s: the input overflows FP32 inside the "
+             "model, so there is no result (expected inputs of the magnitudes the model was made "
+             "for)", m->label, m->out_spec.name, i / cols, i % cols,
+             isnan(call->out[i]) ? "NaN" : call->out[i] > 0 ? "infinity" : "-infinity");
+    return;
+  }
+}
+
 static void infer_done(tpu_batch_req_t *req, void *ctx) {
   tpu__call_t *call = req->user;
   call->code = req->code;
   if (req->code != TPU_CODE_OK) snprintf(call->msg_text, sizeof call->msg_text, "%s", req->msg);
+  else refuse_nonfinite(call);
   tpu__call_finish(call); /* batcher thread → (audit writer →) the owning I/O thread */
 }
 
@@ -473,8 +500,12 @@ static void do_matmul(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t re
   tpu_server_t *srv = conn->io->srv;
   char msg[512];
   tpu_vtensor_t a = {0}, b = {0};
-  if (q->a) a = (tpu_vtensor_t){q->a->shape, q->a->n_shape, q->a->datatype, q->a->data.len, 1};
-  if (q->b) b = (tpu_vtensor_t){q->b->shape, q->b->n_shape, q->b->datatype, q->b->data.len, 1};
+  if (q->a)
+    a = (tpu_vtensor_t){q->a->shape, q->a->n_shape, q->a->datatype, q->a->data.len, 1,
+                        q->a->data.data};
+  if (q->b)
+    b = (tpu_vtensor_t){q->b->shape, q->b->n_shape, q->b->datatype, q->b->data.len, 1,
+                        q->b->data.data};
   size_t m, k, n;
   int dtype;
   int code = tpu_validate_matmul(&a, &b, srv->cfg.max_message_bytes / 4, &m, &k, &n, &dtype, msg,
@@ -574,6 +605,7 @@ void tpu__handle_request(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t
                             .cert_cn = conn->sock.cert_cn[0] ? conn->sock.cert_cn : NULL,
                             .cert_subject = conn->sock.cert_subject};
     code = tpu__auth_check(srv, &peer, authz, authz ? strlen(authz) : 0,
+                           tpu_envelope_request_metadata_count(env, "authorization"),
                            tpu_auth_method_need(env->method, srv->cfg.auth_open_health),
                            conn->who, sizeof conn->who, msg, sizeof msg);
     if (code != TPU_CODE_OK) goto refuse;

@@ -67,6 +67,7 @@
 #include <openssl/err.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -596,8 +597,9 @@ static double elem(const char *dt, const uint8_t *p) {
 /* The model takes FP32. JSON numbers sent as FP64 or an integer type are converted to FP32 here
  * (the JSON text already held them as decimal numbers, so nothing a client meant is lost beyond
  * FP32 rounding); other datatypes (BOOL, BYTES, FP16, BF16) are left for validation to refuse
- * with "expected FP32". Returns 0, or -1 when out of memory. */
-static int convert_inputs(Inference__ModelInferRequest *q) {
+ * with "expected FP32". An FP64 value beyond FP32's range is refused, not made infinite.
+ * Returns 0, -1 when out of memory, or -2 with msg saying which value is out of range. */
+static int convert_inputs(Inference__ModelInferRequest *q, char *msg, size_t msglen) {
   for (size_t i = 0; i < q->n_inputs && i < q->n_raw_input_contents; i++) {
     Inference__ModelInferRequest__InferInputTensor *t = q->inputs[i];
     if (!t->datatype) continue;
@@ -615,7 +617,17 @@ static int convert_inputs(Inference__ModelInferRequest *q) {
       free(dt);
       return -1;
     }
-    for (size_t e = 0; e < n; e++) f[e] = (float)elem(c->name, raw->data + e * c->size);
+    for (size_t e = 0; e < n; e++) {
+      double v = elem(c->name, raw->data + e * c->size);
+      f[e] = (float)v;
+      if (isinf(f[e])) { /* the JSON parser let no NaN or infinity through: v was finite */
+        snprintf(msg, msglen, "inputs[%zu].data[%zu]: %g is out of range for FP32, the model's "
+                 "datatype (largest magnitude 3.4028235e+38)", i, e, v);
+        free(f);
+        free(dt);
+        return -2;
+      }
+    }
     free(raw->data);
     raw->data = (uint8_t *)f;
     raw->len = n * sizeof(float);
@@ -693,7 +705,17 @@ static void do_infer(tpu__io_t *io, hslot_t *req, const char *name, const char *
                msg, t0);
     return;
   }
-  if (convert_inputs(q) != 0) {
+  int crc = convert_inputs(q, err, sizeof err);
+  if (crc == -2) {
+    tpu__audit_reject(srv, req->conn->who, q->id, name, version, TPU_CODE_INVALID_ARGUMENT, err);
+    protobuf_c_message_free_unpacked(&q->base, NULL);
+    char nf[256];
+    tpu__model_t *m = tpu__server_find_model(srv, name, version, nf, sizeof nf);
+    send_infer_error(req, m, TPU_CODE_INVALID_ARGUMENT, err, t0);
+    tpu__model_release(m);
+    return;
+  }
+  if (crc != 0) {
     protobuf_c_message_free_unpacked(&q->base, NULL);
     send_infer_error(req, NULL, TPU_CODE_RESOURCE_EXHAUSTED, "out of memory", t0);
     return;
@@ -802,8 +824,9 @@ static void route(tpu__io_t *io, hslot_t *req, const tpu_http_request_t *hr, con
                             .cert_cn = c->sock.cert_cn[0] ? c->sock.cert_cn : NULL,
                             .cert_subject = c->sock.cert_subject};
     char amsg[256];
-    int acode = tpu__auth_check(srv, &peer, hr->authorization, hr->authorization_len, need,
-                                c->who, sizeof c->who, amsg, sizeof amsg);
+    int acode = tpu__auth_check(srv, &peer, hr->authorization, hr->authorization_len,
+                                hr->authorization_count, need, c->who, sizeof c->who, amsg,
+                                sizeof amsg);
     if (acode != TPU_CODE_OK) {
       if (infer_path) {
         tpu__audit_reject(srv, c->who, NULL, seg[2], n >= 6 ? seg[4] : NULL, acode, amsg);
@@ -816,7 +839,7 @@ static void route(tpu__io_t *io, hslot_t *req, const tpu_http_request_t *hr, con
                             : "WWW-Authenticate: Bearer realm=\"tpud\"\r\n",
                         t0);
       else
-        send_error(req, 403, amsg, t0);
+        send_error(req, acode == TPU_CODE_INVALID_ARGUMENT ? 400 : 403, amsg, t0);
       return;
     }
   }

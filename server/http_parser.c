@@ -165,7 +165,7 @@ tpu_http_parse_result_t tpu_http_parse_request(const char *buf, size_t len,
       if (ieq(n, nlen, "transfer-encoding")) has_te = 1;
       break;
     case 13:
-      if (ieq(n, nlen, "authorization") && !r->authorization) {
+      if (ieq(n, nlen, "authorization") && r->authorization_count++ == 0) {
         r->authorization = v;
         r->authorization_len = vlen;
       }

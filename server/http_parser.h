@@ -57,6 +57,7 @@ typedef struct {
   int expect_continue;     /* 1: "Expect: 100-continue" */
   const char *authorization; /* the Authorization header's value (the first one), or NULL */
   size_t authorization_len;
+  size_t authorization_count; /* Authorization headers in the request: more than 1 is refused */
   /* On TPU_HTTP_PARSE_ERROR: */
   int status;              /* 400, 411, 413, 417, 431, 505 */
   const char *error;       /* a static message saying what was wrong */

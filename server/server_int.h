@@ -366,10 +366,10 @@ void tpu__auth_free(tpu_server_t *srv);
 /* Whether access control is on (tokens or client certificates). */
 int tpu__auth_enabled(tpu_server_t *srv);
 /* Decides one request (any I/O thread; a read lock around the table): tpu_auth_decide with the
- * server's current policy. */
+ * server's current policy. n_authz: how many authorization values the request carried. */
 int tpu__auth_check(tpu_server_t *srv, const tpu_auth_peer_t *peer, const char *authz,
-                    size_t authz_len, tpu_need_t need, char *who, size_t wholen, char *msg,
-                    size_t msglen);
+                    size_t authz_len, size_t n_authz, tpu_need_t need, char *who, size_t wholen,
+                    char *msg, size_t msglen);
 
 /* ---- compute.c: the MatMul pool ---- */
 int tpu__mmpool_create(tpu_server_t *srv, unsigned threads, tpu__mmpool_t **out);

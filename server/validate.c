@@ -4,8 +4,14 @@
  * DESIGN
  * Checks run in the order a client would fix them: the request's structure (inputs present, raw
  * contents count), then each input (name, duplicates, datatype, rank, dims, element count with
- * overflow checks, data length), then missing inputs, the batch dimension agreeing across
- * inputs, and the requested outputs. The first failure wins and names what it is about.
+ * overflow checks, data length, every floating-point element finite), then missing inputs, the
+ * batch dimension agreeing across inputs, and the requested outputs. The first failure wins and
+ * names what it is about.
+ *
+ * Non-finite values: NaN and infinities are refused in every floating-point input (FP32, FP16,
+ * BF16, FP64, MatMul's operands too). No answer of tpud holds one (handlers.c and compute.c
+ * refuse a result that overflows), JSON cannot carry one, and a NaN in a score is worse than an
+ * error: computing on it would only hide where it came from.
  */
 #include "validate.h"
 
@@ -41,6 +47,72 @@ static const struct {
 } dtypes[] = {{"BOOL", 1},  {"UINT8", 1}, {"UINT16", 2}, {"UINT32", 4}, {"UINT64", 8},
               {"INT8", 1},  {"INT16", 2}, {"INT32", 4},  {"INT64", 8},  {"FP16", 2},
               {"FP32", 4},  {"FP64", 8},  {"BF16", 2}};
+
+/* The first element of `count` little-endian `dt` values at p that is NaN or infinite, as its
+ * index, or count when every one is finite (or dt is not a floating-point type). A value is
+ * non-finite exactly when its exponent bits are all ones, so this reads bits, not floats: raw
+ * protobuf bytes need not be aligned, and no float traps or denormal slowdowns can occur. */
+static size_t first_nonfinite(const char *dt, const void *p, size_t count) {
+  const uint8_t *b = p;
+  if (!p) return count;
+  if (strcmp(dt, "FP32") == 0) {
+    for (size_t i = 0; i < count; i++) {
+      uint32_t u;
+      memcpy(&u, b + 4 * i, 4);
+      if ((u & 0x7f800000u) == 0x7f800000u) return i;
+    }
+  } else if (strcmp(dt, "BF16") == 0 || strcmp(dt, "FP16") == 0) {
+    uint16_t mask = dt[0] == 'B' ? 0x7f80u : 0x7c00u;
+    for (size_t i = 0; i < count; i++) {
+      uint16_t u;
+      memcpy(&u, b + 2 * i, 2);
+      if ((u & mask) == mask) return i;
+    }
+  } else if (strcmp(dt, "FP64") == 0) {
+    for (size_t i = 0; i < count; i++) {
+      uint64_t u;
+      memcpy(&u, b + 8 * i, 8);
+      if ((u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull) return i;
+    }
+  }
+  return count;
+}
+
+/* "element [1,7] is nan; expected finite FP32 values" for element i of a tensor of `shape`. */
+static int fail_nonfinite(char *msg, size_t msglen, const char *what, const char *dt,
+                          const void *p, size_t i, const int64_t *shape, size_t rank) {
+  char idx[200];
+  size_t n = 0;
+  uint64_t rest = i;
+  int64_t sub[TPU_VALIDATE_MAX_RANK] = {0};
+  for (size_t d = rank; d-- > 0;) { /* row-major: the last dimension varies fastest */
+    uint64_t dim = shape[d] > 0 ? (uint64_t)shape[d] : 1;
+    sub[d] = (int64_t)(rest % dim);
+    rest /= dim;
+  }
+  n += (size_t)snprintf(idx + n, sizeof idx - n, "[");
+  for (size_t d = 0; d < rank && n < sizeof idx; d++)
+    n += (size_t)snprintf(idx + n, sizeof idx - n, "%s%lld", d ? "," : "", (long long)sub[d]);
+  if (n < sizeof idx) snprintf(idx + n, sizeof idx - n, "]");
+  const uint8_t *b = p;
+  const char *kind;
+  if (strcmp(dt, "FP64") == 0) {
+    uint64_t u;
+    memcpy(&u, b + 8 * i, 8);
+    kind = (u & 0x000fffffffffffffull) ? "NaN" : (u >> 63) ? "-infinity" : "infinity";
+  } else if (strcmp(dt, "FP32") == 0) {
+    uint32_t u;
+    memcpy(&u, b + 4 * i, 4);
+    kind = (u & 0x007fffffu) ? "NaN" : (u >> 31) ? "-infinity" : "infinity";
+  } else {
+    uint16_t u;
+    memcpy(&u, b + 2 * i, 2);
+    uint16_t man = dt[0] == 'B' ? 0x007fu : 0x03ffu;
+    kind = (u & man) ? "NaN" : (u >> 15) ? "-infinity" : "infinity";
+  }
+  return fail(msg, msglen, "%s: element %s is %s; expected finite %s values (NaN and infinities "
+              "are refused)", what, idx, kind, dt);
+}
 
 size_t tpu_validate_dtype_size(const char *dt) {
   if (!dt) return 0;
@@ -194,6 +266,9 @@ int tpu_validate_infer(const tpu_vmodel_t *m, const tpu_vrequest_t *r, tpu_vresu
         return SHAPE_TEXTS(), fail(msg, msglen, "input '%s': shape %s needs %zu bytes of %s data, got %zu", nm,
                     s, bytes, dt, in->raw_len);
       res->data[mi] = in->raw;
+      size_t bad = first_nonfinite(dt, in->raw, count);
+      if (bad < count)
+        return fail_nonfinite(msg, msglen, what, dt, in->raw, bad, in->shape, in->rank);
     } else if (in->n_other_typed > 0) {
       return fail(msg, msglen,
                   "input '%s': datatype %s takes contents.fp32_contents or "
@@ -209,6 +284,9 @@ int tpu_validate_infer(const tpu_vmodel_t *m, const tpu_vrequest_t *r, tpu_vresu
                     "%zu",
                     nm, s, count, in->n_fp32);
       res->data[mi] = in->fp32;
+      size_t bad = first_nonfinite("FP32", in->fp32, count);
+      if (bad < count)
+        return fail_nonfinite(msg, msglen, what, "FP32", in->fp32, bad, in->shape, in->rank);
     }
     res->bytes[mi] = bytes;
   }
@@ -281,6 +359,9 @@ int tpu_validate_matmul(const tpu_vtensor_t *a, const tpu_vtensor_t *b, uint64_t
     if (t[i]->data_len != bytes[i])
       return fail(msg, msglen, "%s: shape %s needs %zu bytes of %s data, got %zu", what, s,
                   bytes[i], d, t[i]->data_len);
+    size_t bad = first_nonfinite(d, t[i]->data, count[i]);
+    if (bad < count[i])
+      return fail_nonfinite(msg, msglen, what, d, t[i]->data, bad, t[i]->shape, 2);
   }
   if (dt[0] != dt[1])
     return fail(msg, msglen, "matmul: a is %s but b is %s; both must have the same datatype",

@@ -6,7 +6,8 @@
  * can be unit-tested and fuzzed from values. The server fills tpu_vrequest_t from a decoded
  * ModelInferRequest (pointers into it, no copies) and tpu_vmodel_t from the model's metadata.
  * Every failure returns INVALID_ARGUMENT with a message that names the input and says what was
- * expected, e.g. "input 'x': shape [3,5] needs 60 bytes of FP32 data, got 56". Looking up the
+ * expected, e.g. "input 'x': shape [3,5] needs 60 bytes of FP32 data, got 56". Floating-point
+ * data must be finite: "input 'x': element [0,5] is NaN; expected finite FP32 values". Looking up the
  * model and version (NOT_FOUND) is the caller's job, since it needs the registry.
  */
 #ifndef TPU_VALIDATE_H
@@ -95,7 +96,7 @@ int tpu_validate_shape(const char *what, const int64_t *shape, size_t rank, size
 void tpu_validate_format_shape(const int64_t *shape, size_t rank, char *buf, size_t len);
 
 /* MatMul: a [M,K] × b [K,N], one dtype of FP32, BF16, INT8; each tensor's data holds exactly
- * its bytes; M·K, K·N and M·N at most max_elems. On success fills m, k, n and the engine dtype
+ * its bytes, none of them NaN or infinite; M·K, K·N and M·N at most max_elems. On success fills m, k, n and the engine dtype
  * (tpu_dtype_t as int). Returns TPU_CODE_OK or INVALID_ARGUMENT (RESOURCE_EXHAUSTED when only
  * the size limit is exceeded) with msg. */
 typedef struct {
@@ -103,7 +104,8 @@ typedef struct {
   size_t rank;
   const char *datatype;
   size_t data_len;
-  int present; /* the message had this tensor */
+  int present;      /* the message had this tensor */
+  const void *data; /* its data_len bytes (NULL only when 0); FP32/BF16 values must be finite */
 } tpu_vtensor_t;
 
 int tpu_validate_matmul(const tpu_vtensor_t *a, const tpu_vtensor_t *b, uint64_t max_elems,

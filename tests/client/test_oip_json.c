@@ -444,7 +444,7 @@ static void test_response_raw(void) {
 }
 
 static void test_response_contents_and_params(void) {
-  float f[2] = {0.25f, NAN};
+  float f[2] = {0.25f, -3.4028235e38f};
   int32_t ints[2] = {-7, 8};
   int64_t s2[] = {2};
   Inference__InferTensorContents c1 = INFERENCE__INFER_TENSOR_CONTENTS__INIT;
@@ -472,7 +472,8 @@ static void test_response_contents_and_params(void) {
   resp.outputs = outs;
   resp.n_outputs = 2;
   expect_format(&resp, "{\"model_name\":\"m\",\"parameters\":{\"note\":\"x\\ty\"},\"outputs\":["
-                       "{\"name\":\"y\",\"datatype\":\"FP32\",\"shape\":[2],\"data\":[0.25,null]},"
+                       "{\"name\":\"y\",\"datatype\":\"FP32\",\"shape\":[2],"
+                       "\"data\":[0.25,-3.4028235e+38]},"
                        "{\"name\":\"k\",\"datatype\":\"INT16\",\"shape\":[2],\"data\":[-7,8]}]}");
   outs[0]->contents = NULL;
   outs[1]->contents = NULL;
@@ -531,6 +532,81 @@ static void test_response_errors(void) {
   outs[0]->datatype = "FP32";
   expect_format_error(&resp, "outputs[0] 'probs': dimension 0 is -1, expected >= 0");
   outs[0]->contents = NULL;
+}
+
+/* NaN and infinities have no JSON text (RFC 8259 section 6): formatting fails and names the
+ * element, for raw data of every floating-point type, typed contents, a double parameter and a
+ * MatMul tensor. Never null (a number silently lost) or a NaN token (not JSON). */
+static void test_response_nonfinite(void) {
+  float f32[3] = {0.5f, INFINITY, 1};
+  uint16_t bf16[2] = {0x3f80, 0x7fc0}, f16[3] = {0x3c00, 0x3c00, 0xfc00}; /* BF16 NaN, FP16 -inf */
+  double f64[2] = {1, -INFINITY};
+  int64_t s3[] = {3}, s2[] = {2};
+  Inference__ModelInferResponse__InferOutputTensor *outs[] = {out_tensor("probs", "FP32", s3, 1)};
+  ProtobufCBinaryData raw[] = {{sizeof f32, (uint8_t *)f32}};
+  Inference__ModelInferResponse resp = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+  resp.model_name = "m";
+  resp.outputs = outs;
+  resp.n_outputs = 1;
+  resp.raw_output_contents = raw;
+  resp.n_raw_output_contents = 1;
+  expect_format_error(&resp, "outputs[0] 'probs': element 1 is infinity, which JSON cannot "
+                             "express (RFC 8259 has no NaN or infinity)");
+  f32[1] = NAN;
+  expect_format_error(&resp, "outputs[0] 'probs': element 1 is NaN");
+  f32[1] = -INFINITY;
+  expect_format_error(&resp, "element 1 is -infinity");
+  outs[0] = out_tensor("h", "BF16", s2, 1);
+  raw[0] = (ProtobufCBinaryData){sizeof bf16, (uint8_t *)bf16};
+  expect_format_error(&resp, "outputs[0] 'h': element 1 is NaN");
+  outs[0] = out_tensor("f", "FP16", s3, 1);
+  raw[0] = (ProtobufCBinaryData){sizeof f16, (uint8_t *)f16};
+  expect_format_error(&resp, "outputs[0] 'f': element 2 is -infinity");
+  outs[0] = out_tensor("d", "FP64", s2, 1);
+  raw[0] = (ProtobufCBinaryData){sizeof f64, (uint8_t *)f64};
+  expect_format_error(&resp, "outputs[0] 'd': element 1 is -infinity");
+  /* Typed contents. */
+  float tf[2] = {NAN, 0};
+  Inference__InferTensorContents c = INFERENCE__INFER_TENSOR_CONTENTS__INIT;
+  c.fp32_contents = tf;
+  c.n_fp32_contents = 2;
+  outs[0] = out_tensor("y", "FP32", s2, 1);
+  outs[0]->contents = &c;
+  resp.n_raw_output_contents = 0;
+  expect_format_error(&resp, "outputs[0] 'y': element 0 is NaN");
+  c.n_fp32_contents = 0;
+  c.fp64_contents = f64;
+  c.n_fp64_contents = 2;
+  outs[0]->datatype = "FP64";
+  expect_format_error(&resp, "outputs[0] 'y': element 1 is -infinity");
+  f64[1] = 2;
+  char *text = NULL;
+  CU_ASSERT_EQUAL(tpu_oip_json_infer_response_format(&resp, &text, err, sizeof err),
+                  TPU_OIP_JSON_OK); /* finite again: formats */
+  free(text);
+  /* A double parameter. */
+  Inference__InferParameter pv = INFERENCE__INFER_PARAMETER__INIT;
+  pv.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM;
+  pv.double_param = NAN;
+  Inference__ModelInferResponse__ParametersEntry pe =
+      INFERENCE__MODEL_INFER_RESPONSE__PARAMETERS_ENTRY__INIT;
+  pe.key = "score";
+  pe.value = &pv;
+  Inference__ModelInferResponse__ParametersEntry *pes[] = {&pe};
+  resp.parameters = pes;
+  resp.n_parameters = 1;
+  expect_format_error(&resp, "parameters: parameter \"score\" is NaN");
+  outs[0]->contents = NULL;
+  /* A MatMul result tensor. */
+  float m[4] = {1, 2, 3, INFINITY};
+  int64_t shape[2] = {2, 2};
+  text = (char *)1;
+  CU_ASSERT_EQUAL(tpu_oip_json_tensor_format("FP32", shape, 2, m, sizeof m, &text, err,
+                                             sizeof err),
+                  TPU_OIP_JSON_INVALID);
+  CU_ASSERT_PTR_NULL(text);
+  CU_ASSERT_STRING_EQUAL(err, "tensor: element 3 is infinity, which JSON cannot express "
+                              "(RFC 8259 has no NaN or infinity)");
 }
 
 /* Random FP32/FP64/INT32 tensors: JSON -> raw bytes -> JSON gives back the same values. */
@@ -892,7 +968,8 @@ TPU_TEST_SUITE(oip_json,
                {"syntax, depth and size limits", test_syntax_and_limits},
                {"outputs selection and parameters", test_outputs_and_parameters},
                {"response from raw contents, every datatype", test_response_raw},
-               {"response from typed contents, parameters, NaN", test_response_contents_and_params},
+               {"response from typed contents and parameters", test_response_contents_and_params},
+               {"response with NaN or infinity fails, naming it", test_response_nonfinite},
                {"response errors name the output", test_response_errors},
                {"random FP32 round trip JSON -> bytes -> JSON", test_random_round_trip},
                {"tensor decode and format (matmul)", test_tensor_decode_format},

@@ -8,11 +8,13 @@
  *    and the text is checked against the bytes: it must be JSON, and each element must read
  *    back as the value it came from (integers exactly, floats to the same float, BYTES to the
  *    same string). Then the formatted outputs are parsed again as request inputs: the raw bytes
- *    must come back identical (the only values allowed to be lost are the ones JSON cannot
- *    express: NaN and infinities, printed as null).
+ *    must come back identical.
  *  - Odd: the rest is a serialized ModelInferResponse (what the engine side hands the HTTP
  *    endpoint), formatted; on success the text is checked against the bytes as above. Random
  *    raw bytes make every float bit pattern reach the shortest-float printer.
+ * NaN and infinities, which JSON cannot express, must make formatting fail (raw data, typed
+ * contents or a double parameter): a success whose outputs hold one is a finding, and so is
+ * any null or non-number where a float was.
  */
 #include <inttypes.h>
 #include <jansson.h>
@@ -50,12 +52,10 @@ static double json_num(const json_t *v) {
   abort(); /* a number was expected */
 }
 
-/* A float element: null when not finite, else a number that reads back as f (±0 alike). */
+/* A float element: a number that reads back as f (±0 alike); f is never NaN or infinite in a
+ * response that formatted. */
 static void check_float(const json_t *v, double f, int is_f32) {
-  if (!isfinite(f)) {
-    if (!json_is_null(v)) abort();
-    return;
-  }
+  if (!isfinite(f)) abort(); /* formatted although JSON cannot express it */
   double d = json_num(v);
   if (is_f32 ? (float)d != (float)f : d != f) abort();
 }
@@ -107,14 +107,14 @@ static void check_data(const json_t *data, const char *dtype, const uint8_t *raw
   }
 }
 
-/* True when raw data holds a value JSON (or jansson) cannot carry: a non-finite float, or a
- * UINT64 above INT64_MAX (jansson integers are int64). */
-static int has_unrepresentable(const char *dtype, const uint8_t *raw, size_t len) {
+/* True when raw data holds a value JSON (or jansson) cannot carry: a non-finite float, or (with
+ * uint64) a UINT64 above INT64_MAX (jansson integers are int64). */
+static int has_unrepresentable(const char *dtype, const uint8_t *raw, size_t len, int uint64) {
   size_t esize = tpu_oip_datatype_size(dtype);
   if (!esize) return 0;
   for (size_t i = 0; i + esize <= len; i += esize) {
     uint64_t u = load_le(raw + i, esize);
-    if (!strcmp(dtype, "UINT64") && u > INT64_MAX) return 1;
+    if (!strcmp(dtype, "UINT64") && u > INT64_MAX) return uint64;
     if (!strcmp(dtype, "FP16") && !isfinite(f16_to_f32((uint16_t)u))) return 1;
     if (!strcmp(dtype, "BF16") && !isfinite(bits_f32((uint32_t)u << 16))) return 1;
     if (!strcmp(dtype, "FP32") && !isfinite(bits_f32((uint32_t)u))) return 1;
@@ -122,6 +122,38 @@ static int has_unrepresentable(const char *dtype, const uint8_t *raw, size_t len
       double d;
       memcpy(&d, &u, 8);
       if (!isfinite(d)) return 1;
+    }
+  }
+  return 0;
+}
+
+/* Whether a formatted response would have had to print a NaN or an infinity: in raw data, in
+ * typed FP32/FP64 contents (of a float output), or in a double parameter. */
+static int param_nonfinite(const Inference__InferParameter *v) {
+  return v &&
+         v->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM &&
+         !isfinite(v->double_param);
+}
+
+static int response_nonfinite(const Inference__ModelInferResponse *resp) {
+  for (size_t i = 0; i < resp->n_parameters; i++)
+    if (param_nonfinite(resp->parameters[i]->value)) return 1;
+  for (size_t i = 0; i < resp->n_outputs; i++) {
+    const Inference__ModelInferResponse__InferOutputTensor *o = resp->outputs[i];
+    if (!o || !o->datatype) continue;
+    for (size_t k = 0; k < o->n_parameters; k++)
+      if (param_nonfinite(o->parameters[k]->value)) return 1;
+    if (resp->n_raw_output_contents == resp->n_outputs) {
+      if (has_unrepresentable(o->datatype, resp->raw_output_contents[i].data,
+                              resp->raw_output_contents[i].len, 0))
+        return 1;
+    } else if (o->contents) {
+      if (!strcmp(o->datatype, "FP32"))
+        for (size_t k = 0; k < o->contents->n_fp32_contents; k++)
+          if (!isfinite(o->contents->fp32_contents[k])) return 1;
+      if (!strcmp(o->datatype, "FP64"))
+        for (size_t k = 0; k < o->contents->n_fp64_contents; k++)
+          if (!isfinite(o->contents->fp64_contents[k])) return 1;
     }
   }
   return 0;
@@ -137,11 +169,13 @@ static json_t *format_and_check(const Inference__ModelInferResponse *resp) {
     if (text) abort();
     return NULL;
   }
+  /* A NaN or infinity anywhere must have failed the whole format (never null, never a token). */
+  if (response_nonfinite(resp)) abort();
   int raw = resp->n_raw_output_contents == resp->n_outputs && resp->n_outputs;
   int lossy = 0;
   for (size_t i = 0; raw && i < resp->n_outputs; i++)
     lossy |= has_unrepresentable(resp->outputs[i]->datatype, resp->raw_output_contents[i].data,
-                                 resp->raw_output_contents[i].len);
+                                 resp->raw_output_contents[i].len, 1);
   json_error_t je;
   json_t *root = json_loads(text, 0, &je); /* duplicate map keys survive protobuf: allowed */
   if (!root) {
@@ -150,7 +184,7 @@ static json_t *format_and_check(const Inference__ModelInferResponse *resp) {
     for (size_t i = 0; raw && i < resp->n_outputs; i++)
       if (!strcmp(resp->outputs[i]->datatype, "UINT64"))
         big |= has_unrepresentable("UINT64", resp->raw_output_contents[i].data,
-                                   resp->raw_output_contents[i].len);
+                                   resp->raw_output_contents[i].len, 1);
     if (!big) abort(); /* the formatter wrote text that is not JSON */
     free(text);
     return NULL;

@@ -8,9 +8,11 @@
  * tpu_vrequest_t exactly as handlers.c maps it (copied here: the handler is not callable
  * without a server). On success every invariant the server then relies on is checked: each
  * model input's data is exactly bytes[i] long and inside the request, rows is the batch
- * dimension, and the output flags are set as asked. ASan reads all the data the result points
- * at, as the batcher would.
+ * dimension, the output flags are set as asked, and every floating-point value accepted is
+ * finite (checked here with isfinite on the decoded value, not the bit test validate.c uses).
+ * ASan reads all the data the result points at, as the batcher would.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +48,36 @@ static void touch(const void *p, size_t n) {
   for (size_t i = 0; i < n; i++) sink ^= b[i];
 }
 
+/* Whether `bytes` of `dt` data at p hold only finite values (other types: yes). */
+static int all_finite(const char *dt, const uint8_t *p, size_t bytes) {
+  for (size_t i = 0; p && !strcmp(dt, "FP32") && i + 4 <= bytes; i += 4) {
+    float f;
+    memcpy(&f, p + i, 4);
+    if (!isfinite(f)) return 0;
+  }
+  for (size_t i = 0; p && !strcmp(dt, "FP64") && i + 8 <= bytes; i += 8) {
+    double d;
+    memcpy(&d, p + i, 8);
+    if (!isfinite(d)) return 0;
+  }
+  for (size_t i = 0; p && (!strcmp(dt, "BF16") || !strcmp(dt, "FP16")) && i + 2 <= bytes;
+       i += 2) {
+    uint16_t h;
+    memcpy(&h, p + i, 2);
+    float f;
+    if (dt[0] == 'B') {
+      uint32_t u = (uint32_t)h << 16;
+      memcpy(&f, &u, 4);
+    } else { /* FP16, decoded: exponent 31 is infinity (mantissa 0) or NaN */
+      int e = (h >> 10) & 31, mant = h & 1023;
+      f = e == 31 ? (mant ? NAN : INFINITY)
+                  : ldexpf((float)(e ? mant | 1024 : mant), (e ? e : 1) - 25);
+    }
+    if (!isfinite(f)) return 0;
+  }
+  return 1;
+}
+
 static void check_infer(const tpu_vmodel_t *m, const uint8_t *data, size_t size) {
   Inference__ModelInferRequest *q = inference__model_infer_request__unpack(NULL, size, data);
   if (!q) return;
@@ -79,6 +111,7 @@ static void check_infer(const tpu_vmodel_t *m, const uint8_t *data, size_t size)
     if (res.bytes[i] != count * tpu_validate_dtype_size(m->inputs[i].datatype)) abort();
     if (res.bytes[i] && !res.data[i]) abort();
     if (res.data[i]) touch(res.data[i], res.bytes[i]);
+    if (!all_finite(m->inputs[i].datatype, res.data[i], res.bytes[i])) abort();
   }
   for (size_t j = 0; j < m->noutputs; j++) {
     int asked = q->n_outputs == 0;
@@ -95,8 +128,12 @@ static void check_matmul(const uint8_t *data, size_t size, uint64_t max_elems) {
   if (!q) return;
   tpu_vtensor_t a = {0}, b = {0};
   /* as in do_matmul (server/handlers.c) */
-  if (q->a) a = (tpu_vtensor_t){q->a->shape, q->a->n_shape, q->a->datatype, q->a->data.len, 1};
-  if (q->b) b = (tpu_vtensor_t){q->b->shape, q->b->n_shape, q->b->datatype, q->b->data.len, 1};
+  if (q->a)
+    a = (tpu_vtensor_t){q->a->shape, q->a->n_shape, q->a->datatype, q->a->data.len, 1,
+                        q->a->data.data};
+  if (q->b)
+    b = (tpu_vtensor_t){q->b->shape, q->b->n_shape, q->b->datatype, q->b->data.len, 1,
+                        q->b->data.data};
   size_t m, k, n;
   int dtype;
   char msg[512];
@@ -110,6 +147,9 @@ static void check_matmul(const uint8_t *data, size_t size, uint64_t max_elems) {
       abort();
     touch(q->a->data.data, q->a->data.len);
     touch(q->b->data.data, q->b->data.len);
+    if (!all_finite(q->a->datatype, q->a->data.data, q->a->data.len) ||
+        !all_finite(q->b->datatype, q->b->data.data, q->b->data.len))
+      abort();
   } else if (!msg[0]) {
     abort();
   }

@@ -45,6 +45,8 @@ try:
     import h2.config
     import h2.connection
     import h2.events
+    import hpack
+    from hyperframe.frame import DataFrame, Frame, GoAwayFrame, HeadersFrame, SettingsFrame
 except ImportError:
     h2 = None
 
@@ -109,7 +111,8 @@ def envelope(rid=None, method=None, payload=None, timeout_us=None, metadata=None
         b += fv(2, method)
     if timeout_us is not None:
         b += fv(3, timeout_us)
-    for k, v in (metadata or {}).items():
+    # a dict, or a list of (key, value) pairs: the wire may repeat a map key
+    for k, v in (metadata.items() if isinstance(metadata, dict) else metadata or ()):
         b += fb(4, fb(1, k) + fb(2, v))
     if payload is not None:
         b += fb(5, payload)
@@ -412,8 +415,94 @@ def h2_call(port, headers, data=None, chunks=None):
 
 
 def gheaders(path=INFER_PATH, method="POST", ctype="application/grpc", extra=()):
+    """Request headers; ctype None leaves content-type out."""
     return [(":method", method), (":scheme", "http"), (":path", path),
-            (":authority", "127.0.0.1"), ("content-type", ctype), ("te", "trailers")] + list(extra)
+            (":authority", "127.0.0.1")] + ([("content-type", ctype)] if ctype else []) + \
+        [("te", "trailers")] + list(extra)
+
+
+H2_ERRORS = ["NO_ERROR", "PROTOCOL_ERROR", "INTERNAL_ERROR", "FLOW_CONTROL_ERROR",
+             "SETTINGS_TIMEOUT", "STREAM_CLOSED", "FRAME_SIZE_ERROR", "REFUSED_STREAM", "CANCEL",
+             "COMPRESSION_ERROR", "CONNECT_ERROR", "ENHANCE_YOUR_CALM", "INADEQUATE_SECURITY",
+             "HTTP_1_1_REQUIRED"]
+
+
+def h2_stream_ids(port, steps):
+    """ServerLive calls on the stream ids of `steps`, in order, as raw frames (hyperframe and
+    hpack, no h2 state machine: it would refuse to send an id lower than one already used).
+    Each step is (stream id, wait): wait for that call's answer before the next step. Returns
+    (outcome, detail): "OK" when every call was answered grpc-status 0 and the connection then
+    stayed open, else "GOAWAY <error>" (or what else ended it)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+    enc, dec, buf = hpack.Encoder(), hpack.Decoder(), b""
+    status = {}  # stream id -> grpc-status
+
+    def frame():
+        nonlocal buf
+        while True:
+            if len(buf) >= 9:
+                f, n = Frame.parse_frame_header(memoryview(buf[:9]))
+                if len(buf) >= 9 + n:
+                    f.parse_body(memoryview(buf[9:9 + n]))
+                    buf = buf[9 + n:]
+                    return f
+            try:
+                d = s.recv(65536)
+            except ConnectionResetError:
+                d = b""
+            if not d:
+                return None
+            buf += d
+
+    def read_until(sid):
+        """None when stream sid's call ended (sid 0: when the connection stays quiet), else
+        what ended the connection."""
+        while sid not in status:
+            try:
+                f = frame()
+            except socket.timeout:
+                return None if sid == 0 else "no answer for stream %d" % sid
+            if f is None:
+                return "EOF"
+            if isinstance(f, SettingsFrame) and "ACK" not in f.flags:
+                ack = SettingsFrame(0)
+                ack.flags.add("ACK")
+                s.sendall(ack.serialize())
+            elif isinstance(f, HeadersFrame):
+                h = dict(dec.decode(f.data))
+                if "END_STREAM" in f.flags:
+                    status[f.stream_id] = h.get("grpc-status", h.get(":status"))
+            elif isinstance(f, GoAwayFrame):
+                e = f.error_code
+                return "GOAWAY " + (H2_ERRORS[e] if e < len(H2_ERRORS) else str(e))
+        return None
+
+    try:
+        settings = SettingsFrame(0)
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings.serialize())
+        for sid, wait in steps:
+            hf = HeadersFrame(sid)
+            hf.data = enc.encode(gheaders("/inference.GRPCInferenceService/ServerLive"))
+            hf.flags.add("END_HEADERS")
+            df = DataFrame(sid)
+            df.data = gmsg(b"")
+            df.flags.add("END_STREAM")
+            s.sendall(hf.serialize() + df.serialize())
+            if wait:
+                end = read_until(sid)
+                if end:
+                    return end, "after stream %d" % sid
+        s.settimeout(0.5)  # then: does the connection end, or stay open and quiet?
+        end = read_until(0)
+        if end:
+            return end, "after the last step"
+        bad = dict((k, v) for k, v in status.items() if v != "0")
+        if bad or len(status) != len(steps):
+            return "answers %r" % status, "expected grpc-status 0 for streams %s" % (
+                [sid for sid, _ in steps],)
+        return "OK", ""
+    finally:
+        s.close()
 
 
 def gmsg(payload, flag=0, length=None):
@@ -430,8 +519,9 @@ def case(cid, cat, proto, send, want, msg=(), **kw):
     """send: what to send (protocol-specific, see run_*); want: gRPC code name or HTTP status;
     msg: substrings the message must contain. kw: rid (the framed request id to wait for),
     fatal (id-0 answer, then the connection closes), eof_only (closed without an answer), dup,
-    burst, skip_first (framed variants), http (:status of an h2 answer), close (HTTP framing
-    error: Connection: close), absent (substrings the message must not contain), bug."""
+    burst, skip_first (framed variants), http (:status of an h2 answer), ids (an h2 case whose
+    send is a list of (stream id, wait) steps, see h2_stream_ids), close (HTTP framing error:
+    Connection: close), absent (substrings the message must not contain), bug."""
     if isinstance(msg, str):
         msg = (msg,)
     CASES.append(dict(id=cid, cat=cat, proto=proto, send=send, want=want, msg=tuple(msg), **kw))
@@ -746,10 +836,87 @@ case("grpc-timeout-no-unit", "deadlines", "h2",
      (gheaders(extra=[("grpc-timeout", "100")]), gmsg(infer_req())),
      "INVALID_ARGUMENT", "grpc-timeout '100' is not valid")
 
+# -- NaN and infinity: refused in every floating-point input; a result that overflows FP32 is
+# refused too (INVALID_ARGUMENT / HTTP 400), never answered (JSON would have no text for it) --
+NAN, INF = float("nan"), float("inf")
+
+
+def fp32_rows(rows):
+    return struct.pack("<%df" % sum(len(r) for r in rows), *[v for r in rows for v in r])
+
+
+ONE = [1.0] * 64
+case("nonfinite-input-nan", "nonfinite", "framed",
+     frame(envelope(101, MODEL_INFER, infer_req(raw=[fp32_rows([ONE[:5] + [NAN] + ONE[6:]])]))),
+     "INVALID_ARGUMENT", "input 'x': element [0,5] is NaN; expected finite FP32 values", rid=101)
+case("nonfinite-input-inf-row-1", "nonfinite", "framed",
+     frame(envelope(102, MODEL_INFER, infer_req(inputs=[infer_input(shape=(2, 64))],
+                                                raw=[fp32_rows([ONE, ONE[:63] + [INF]])]))),
+     "INVALID_ARGUMENT", "input 'x': element [1,63] is infinity", rid=102)
+case("nonfinite-input-typed-neg-inf", "nonfinite", "grpc",
+     (INFER_PATH, infer_req(inputs=[infer_input(fp32=[-INF] + ONE[1:])], raw=[])),
+     "INVALID_ARGUMENT", "input 'x': element [0,0] is -infinity")
+case("nonfinite-output-3e38", "nonfinite", "framed",
+     frame(envelope(103, MODEL_INFER, infer_req(raw=[fp32_rows([[3e38] * 64])]))),
+     "INVALID_ARGUMENT", ("model 'digits' version 1: output 'probs' element [0,0] is NaN",
+                          "the input overflows FP32 inside the model"), rid=103)
+case("nonfinite-output-3e38-grpc", "nonfinite", "grpc",
+     (INFER_PATH, infer_req(raw=[fp32_rows([[3e38] * 64])])),
+     "INVALID_ARGUMENT", "output 'probs' element [0,0] is NaN")
+case("nonfinite-output-3e38-http", "nonfinite", "http",
+     post(INFER(), jbody([jinput(shape=(2, 64), data=[ONE, [3e38] * 64])])),
+     400, ("output 'probs' element [1,0] is NaN", "the input overflows FP32 inside the model"))
+case("nonfinite-http-fp64-beyond-fp32", "nonfinite", "http",
+     post(INFER(), jbody([jinput(dt="FP64", data=[1.0] * 9 + [1e300] + [1.0] * 54)])),
+     400, "inputs[0].data[9]: 1e+300 is out of range for FP32, the model's datatype")
+case("nonfinite-matmul-input-nan", "nonfinite", "framed",
+     frame(envelope(104, MATMUL, matmul_req(tensor([2, 2], data=fp32_rows([[1, 2, NAN, 4]])),
+                                            tensor([2, 2])))),
+     "INVALID_ARGUMENT", "matmul: tensor 'a': element [1,0] is NaN", rid=104)
+case("nonfinite-matmul-input-bf16-inf", "nonfinite", "grpc",
+     (MATMUL_PATH, matmul_req(tensor([2, 2], "BF16"),
+                              tensor([2, 2], "BF16", data=b"\0\0\0\0\0\0\x80\x7f"))),
+     "INVALID_ARGUMENT", "matmul: tensor 'b': element [1,1] is infinity")
+case("nonfinite-matmul-overflow", "nonfinite", "framed",
+     frame(envelope(105, MATMUL, matmul_req(tensor([1, 2], data=fp32_rows([[3e38, 3e38]])),
+                                            tensor([2, 1], data=fp32_rows([[2, 2]]))))),
+     "INVALID_ARGUMENT", ("matmul: result element [0,0] is infinity", "overflows FP32"), rid=105)
+case("nonfinite-matmul-overflow-grpc", "nonfinite", "grpc",
+     (MATMUL_PATH, matmul_req(tensor([1, 1], data=fp32_rows([[-3e38]])),
+                              tensor([1, 2], data=fp32_rows([[1, 10]])))),
+     "INVALID_ARGUMENT", "matmul: result element [0,1] is -infinity")
+
+# -- credentials: more than one authorization value is refused on every protocol, whatever the
+# policy (this server has none) and on open endpoints too: which one counts is ambiguous --
+TWO_AUTHZ = [("authorization", "Bearer first"), ("authorization", "Bearer second")]
+case("authz-twice-framed", "auth", "framed", frame(envelope(91, SERVER_LIVE, metadata=TWO_AUTHZ)),
+     "INVALID_ARGUMENT", ("carries 2 authorization values", "send exactly one"), rid=91)
+case("authz-twice-framed-infer", "auth", "framed",
+     frame(envelope(92, MODEL_INFER, infer_req(), metadata=TWO_AUTHZ)),
+     "INVALID_ARGUMENT", "carries 2 authorization values", rid=92)
+case("authz-three-framed", "auth", "framed",
+     frame(envelope(93, SERVER_LIVE, metadata=TWO_AUTHZ + [("authorization", "Bearer x")])),
+     "INVALID_ARGUMENT", "carries 3 authorization values", rid=93)
+case("authz-twice-grpc", "auth", "grpc", (INFER_PATH, infer_req(), TWO_AUTHZ),
+     "INVALID_ARGUMENT", ("carries 2 authorization values", "send exactly one"))
+case("authz-twice-h2", "auth", "h2", (gheaders(extra=TWO_AUTHZ), gmsg(infer_req())),
+     "INVALID_ARGUMENT", "carries 2 authorization values")
+case("authz-twice-http", "auth", "http",
+     post(INFER(), jbody(), extra="Authorization: Bearer first\r\nauthorization: Bearer b\r\n"),
+     400, ("carries 2 authorization values", "send exactly one"))
+case("authz-twice-http-health", "auth", "http",
+     get("/v2/health/ready", extra="Authorization: Bearer a\r\nAuthorization: Bearer a\r\n"),
+     400, "carries 2 authorization values")
+
 # -- gRPC over HTTP/2 framing and headers --
 case("h2-content-type-json", "framing", "h2",
      (gheaders(ctype="application/json"), gmsg(infer_req())),
      "INVALID_ARGUMENT", "content-type must be application/grpc", http="415")
+case("h2-content-type-missing", "framing", "h2", (gheaders(ctype=None), gmsg(infer_req())),
+     "INVALID_ARGUMENT", ("content-type must be application/grpc", "the request has none"),
+     http="415")
+case("h2-content-type-missing-no-body", "framing", "h2", (gheaders(ctype=None), None),
+     "INVALID_ARGUMENT", "the request has none", http="415")
 case("h2-method-get", "framing", "h2", (gheaders(method="GET"), None),
      "UNIMPLEMENTED", "gRPC calls are POST requests", http="405")
 case("h2-grpc-encoding-gzip", "framing", "h2",
@@ -772,6 +939,21 @@ case("h2-headers-20k", "lengths", "h2",
      "RESOURCE_EXHAUSTED", "request headers exceed grpc-max-header-bytes (16384 bytes)")
 case("h2-no-body", "lengths", "h2", (gheaders(), None),
      "INVALID_ARGUMENT", "request has 0 bytes of body")
+# Stream ids (RFC 9113 section 5.1.1): each new stream's id is above every id the client used
+# before; an id it skipped is closed, and a HEADERS on it is a connection error PROTOCOL_ERROR.
+case("h2-stream-id-lower", "ids", "h2", [(5, False), (3, False)],
+     "GOAWAY PROTOCOL_ERROR", (), ids=True)
+case("h2-stream-id-lower-after-answer", "ids", "h2", [(1, True), (7, True), (5, False)],
+     "GOAWAY PROTOCOL_ERROR", (), ids=True)
+case("h2-stream-id-first-skips", "ids", "h2", [(9, True), (1, False)],
+     "GOAWAY PROTOCOL_ERROR", (), ids=True)
+case("h2-stream-id-reused", "ids", "h2", [(1, True), (1, False)],
+     "GOAWAY STREAM_CLOSED", (), ids=True)
+case("h2-stream-id-skipping-is-fine", "ids", "h2", [(1, True), (7, True), (9, False)],
+     "OK", (), ids=True)
+case("h2-stream-id-lower-after-20-skips", "ids", "h2",
+     [(4 * i + 1, True) for i in range(21)] + [(79, False)],
+     "GOAWAY PROTOCOL_ERROR", (), ids=True)
 
 # -- HTTP/1.1 JSON: syntax and depth --
 case("json-truncated", "json", "http", post(INFER(), jbody()[:-7]),
@@ -1057,14 +1239,18 @@ def run_framed(c):
 def run_grpc(c):
     if grpc is None:
         return None, "", "skip: python3-grpcio missing"
-    path, data = c["send"]
-    code, msg = grpc_call(CTX.args.native_port, path, data)
+    path, data = c["send"][:2]
+    code, msg = grpc_call(CTX.args.native_port, path, data,
+                          metadata=c["send"][2] if len(c["send"]) > 2 else None)
     return code, msg, ""
 
 
 def run_h2(c):
     if h2 is None:
         return None, "", "skip: python3-h2 missing"
+    if c.get("ids"):
+        code, detail = h2_stream_ids(CTX.args.native_port, c["send"])
+        return code, detail, ""
     headers, data = c["send"]
     status, code, msg, reset = h2_call(CTX.args.native_port, headers, data)
     extra = ""

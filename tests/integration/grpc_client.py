@@ -32,6 +32,7 @@ import math
 import os
 import re
 import signal
+import socket
 import ssl
 import struct
 import subprocess
@@ -949,7 +950,47 @@ def limits():
         decode_infer(r, 8, 10, "probs")
         ok("a request under the limit on the same channel still answers")
 
-    for fn in (auth, sizes):
+    def repeated_authorization():
+        # With tokens configured, two authorization values are refused whichever comes first
+        # (a valid admin token first must not count, nor last), and on HTTP too: a proxy that
+        # checked one of them and tpud acting on another would be a bypass.
+        for name, pair in (("admin token first", [A, "wrong-" + I]),
+                           ("admin token last", ["wrong-" + I, A]),
+                           ("the same token twice", [I, I])):
+            expect_code(f"ModelUnload with two authorization values ({name})",
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        lambda: S.tpud.ModelUnload(tpd.ModelUnloadRequest(name="matmul"),
+                                                   timeout=10,
+                                                   metadata=[("authorization", "Bearer " + t)
+                                                             for t in pair]))
+        code, det = code_of(lambda: S.inf.ModelInfer(
+            infer_request("digits", "x", x), timeout=10,
+            metadata=[("authorization", "Bearer " + I), ("authorization", "Bearer " + I)]))
+        check(code == grpc.StatusCode.INVALID_ARGUMENT and
+              "carries 2 authorization values" in det,
+              "ModelInfer with the infer token twice: INVALID_ARGUMENT, saying why",
+              f"{code.name}: {det}")
+        u = urllib.parse.urlparse(ARGS.http)
+        s = socket.create_connection((u.hostname, u.port), timeout=10)
+        try:
+            s.sendall(("GET /v2/debug/config HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                       "Authorization: Bearer %s\r\nAuthorization: Bearer wrong\r\n\r\n"
+                       % A).encode())
+            resp = b""
+            while True:
+                d = s.recv(65536)
+                if not d:
+                    break
+                resp += d
+        finally:
+            s.close()
+        check(resp.startswith(b"HTTP/1.1 400") and b"carries 2 authorization values" in resp,
+              "HTTP /v2/debug/config with the admin token and a wrong one: 400, saying why",
+              resp[:300])
+        r = S.tpud.RepositoryIndex(tpd.RepositoryIndexRequest(), timeout=10, metadata=md(A))
+        check(any(m.name == "matmul" for m in r.models), "one admin token alone still works", r)
+
+    for fn in (auth, repeated_authorization, sizes):
         step(fn)
     S.ch.close()
 

@@ -812,6 +812,35 @@ static void test_decode_forward_compatible(void) {
   tpu_envelope_request_free(env);
 }
 
+/* A map key given twice on the wire stays two entries (protobuf-c keeps map entries as a
+ * repeated field), so the server can see the repetition and refuse it: for credentials, "the
+ * last wins" (protobuf) and "the first wins" (a proxy that checked the first) disagree. */
+static void test_decode_repeated_metadata_key(void) {
+  wire_t a = {.n = 0}, b = {.n = 0}, c = {.n = 0};
+  wire_str(&a, 1, "authorization");
+  wire_str(&a, 2, "Bearer first");
+  wire_str(&b, 1, "authorization");
+  wire_str(&b, 2, "Bearer second");
+  wire_str(&c, 1, "Authorization"); /* keys are exact: not the same key */
+  wire_str(&c, 2, "Bearer third");
+  wire_t w = {.n = 0};
+  wire_uint(&w, 1, 77);
+  wire_uint(&w, 2, TPUD__METHOD__SERVER_LIVE);
+  wire_sub(&w, 4, &a);
+  wire_sub(&w, 4, &c);
+  wire_sub(&w, 4, &b);
+  Tpud__RequestEnvelope *env = NULL;
+  CU_ASSERT_EQUAL_FATAL(tpu_envelope_decode_request(w.b, w.n, SIZE_MAX, &env, NULL), TPU_PROTO_OK);
+  CU_ASSERT_EQUAL(env->n_metadata, 3u);
+  CU_ASSERT_EQUAL(tpu_envelope_request_metadata_count(env, "authorization"), 2u);
+  CU_ASSERT_EQUAL(tpu_envelope_request_metadata_count(env, "Authorization"), 1u);
+  CU_ASSERT_EQUAL(tpu_envelope_request_metadata_count(env, "x-missing"), 0u);
+  CU_ASSERT_EQUAL(tpu_envelope_request_metadata_count(env, NULL), 0u);
+  CU_ASSERT_STRING_EQUAL(tpu_envelope_request_metadata(env, "authorization"), "Bearer first");
+  tpu_envelope_request_free(env);
+  CU_ASSERT_EQUAL(tpu_envelope_request_metadata_count(NULL, "authorization"), 0u);
+}
+
 static void test_decode_request_fields_by_number(void) {
   /* RequestEnvelope's documented numbers: id 1, method 2, timeout_us 3, metadata 4, payload 5 */
   wire_t entry = {.n = 0};
@@ -829,6 +858,7 @@ static void test_decode_request_fields_by_number(void) {
   CU_ASSERT_EQUAL(env->method, TPUD__METHOD__MATMUL);
   CU_ASSERT_EQUAL(env->timeout_us, 2500u);
   CU_ASSERT_STRING_EQUAL(tpu_envelope_request_metadata(env, "authorization"), "Bearer z");
+  CU_ASSERT_EQUAL(tpu_envelope_request_metadata_count(env, "authorization"), 1u);
   CU_ASSERT_EQUAL(env->payload.len, 2u);
   tpu_envelope_request_free(env);
 
@@ -989,5 +1019,6 @@ TPU_TEST_SUITE(envelope,
                {"decode_payload_limit", test_decode_payload_limit},
                {"decode_forward_compatible", test_decode_forward_compatible},
                {"decode_request_fields_by_number", test_decode_request_fields_by_number},
+               {"decode_repeated_metadata_key", test_decode_repeated_metadata_key},
                {"decode_response_unknown_code", test_decode_response_unknown_code},
                {"unpack_payload_errors", test_unpack_payload_errors})

@@ -122,8 +122,44 @@ static int decide(const tpu_auth_policy_t *p, const char *cn, const char *authz,
   if (cn) snprintf(subj, sizeof subj, "CN=%s", cn);
   tpu_auth_peer_t peer = {.peer = "10.0.0.7:4242", .cert_cn = cn, .cert_subject = subj};
   char msg[256];
-  return tpu_auth_decide(p, &peer, authz, authz ? strlen(authz) : 0, need, who,
+  return tpu_auth_decide(p, &peer, authz, authz ? strlen(authz) : 0, authz ? 1 : 0, need, who,
                          TPU_AUTH_IDENTITY_MAX, msg, sizeof msg, role);
+}
+
+/* Two or more authorization values: INVALID_ARGUMENT under every policy and for every need,
+ * the identity without a principal (neither value is looked at), the message saying so. */
+static void test_decide_repeated_authorization(void) {
+  tpu_auth_table_t *t = parse_ok("token " H_S3CRET " admin ops\n");
+  tpu_auth_policy_t none = {0}, tok = {.table = t, .cert_role = TPU_ROLE_INFER},
+                    mtls = {.table = t, .require_cert = 1, .cert_role = TPU_ROLE_INFER};
+  const tpu_auth_policy_t *pol[] = {&none, &tok, &mtls};
+  tpu_need_t needs[] = {TPU_NEED_OPEN, TPU_NEED_INFER, TPU_NEED_ADMIN};
+  tpu_auth_peer_t peer = {.peer = "10.0.0.7:4242", .cert_cn = "alice",
+                          .cert_subject = "CN=alice"};
+  for (size_t i = 0; i < 3; i++)
+    for (size_t k = 0; k < 3; k++)
+      for (size_t n = 2; n <= 3; n++) {
+        char who[TPU_AUTH_IDENTITY_MAX], msg[256];
+        tpu_role_t role = TPU_ROLE_ADMIN;
+        /* The first value is the admin token: it must not count. */
+        CU_ASSERT_EQUAL(tpu_auth_decide(pol[i], &peer, "Bearer s3cret", 13, n, needs[k], who,
+                                        sizeof who, msg, sizeof msg, &role),
+                        TPU_CODE_INVALID_ARGUMENT);
+        CU_ASSERT_EQUAL(role, TPU_ROLE_NONE);
+        CU_ASSERT_STRING_EQUAL(who, "CN=alice (10.0.0.7:4242)");
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, n == 2 ? "carries 2 authorization values"
+                                                  : "carries 3 authorization values"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, "send exactly one"));
+      }
+  /* One value, or none, is decided as before. */
+  char who[TPU_AUTH_IDENTITY_MAX], msg[256];
+  CU_ASSERT_EQUAL(tpu_auth_decide(&tok, &peer, "Bearer s3cret", 13, 1, TPU_NEED_ADMIN, who,
+                                  sizeof who, msg, sizeof msg, NULL),
+                  TPU_CODE_OK);
+  CU_ASSERT_EQUAL(tpu_auth_decide(&none, &peer, NULL, 0, 0, TPU_NEED_ADMIN, who, sizeof who, msg,
+                                  sizeof msg, NULL),
+                  TPU_CODE_OK);
+  tpu_auth_table_free(t);
 }
 
 static void test_decide(void) {
@@ -175,4 +211,5 @@ static void test_decide(void) {
 
 TPU_TEST_SUITE(server_auth, {"parse", test_parse}, {"parse_errors", test_parse_errors},
                {"find_token", test_find_token}, {"bearer", test_bearer}, {"roles", test_roles},
-               {"decide", test_decide});
+               {"decide", test_decide},
+               {"decide_repeated_authorization", test_decide_repeated_authorization});

@@ -38,6 +38,24 @@ static void test_complete(void) {
   CU_ASSERT(r.target_len == 2 && !memcmp(r.target, "/a", 2));
 }
 
+/* Authorization: the first value is kept and every one counted (case-insensitive names), so
+ * the server can refuse a request that sends two. */
+static void test_authorization(void) {
+  tpu_http_request_t r;
+  CU_ASSERT_EQUAL(parse("GET / HTTP/1.1\r\n\r\n", &r), TPU_HTTP_PARSE_OK);
+  CU_ASSERT_PTR_NULL(r.authorization);
+  CU_ASSERT_EQUAL(r.authorization_count, 0u);
+  CU_ASSERT_EQUAL(parse("GET / HTTP/1.1\r\nAuthorization: Bearer a  \r\n\r\n", &r),
+                  TPU_HTTP_PARSE_OK);
+  CU_ASSERT(r.authorization_len == 8 && !memcmp(r.authorization, "Bearer a", 8));
+  CU_ASSERT_EQUAL(r.authorization_count, 1u);
+  CU_ASSERT_EQUAL(parse("GET / HTTP/1.1\r\nAuthorization: Bearer a\r\nX: y\r\n"
+                        "authorization: Bearer b\r\nAUTHORIZATION: Bearer c\r\n\r\n", &r),
+                  TPU_HTTP_PARSE_OK);
+  CU_ASSERT(r.authorization_len == 8 && !memcmp(r.authorization, "Bearer a", 8));
+  CU_ASSERT_EQUAL(r.authorization_count, 3u);
+}
+
 static void test_incomplete_at_every_cut(void) {
   const char *s = "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\n";
   size_t n = strlen(s);
@@ -97,5 +115,6 @@ static void test_random_bytes(void) {
 }
 
 TPU_TEST_SUITE(server_http_parser, {"complete", test_complete},
+               {"authorization", test_authorization},
                {"incomplete_at_every_cut", test_incomplete_at_every_cut},
                {"errors", test_errors}, {"random_bytes", test_random_bytes})

@@ -2,6 +2,8 @@
  * test_validate.c - every way an inference or MatMul request can be refused before queueing,
  * plus the happy paths, and a randomized check that valid shapes always pass.
  */
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -192,33 +194,33 @@ static void test_shape_random(void) {
 
 static void test_matmul(void) {
   int64_t as[2] = {2, 3}, bs[2] = {3, 4}, bad[2] = {4, 4}, r3[3] = {1, 2, 3}, z[2] = {0, 3};
-  tpu_vtensor_t a = {as, 2, "FP32", 24, 1}, b = {bs, 2, "FP32", 48, 1};
+  tpu_vtensor_t a = {as, 2, "FP32", 24, 1, data}, b = {bs, 2, "FP32", 48, 1, data};
   size_t m, k, n;
   int dt;
   char msg[512];
   CU_ASSERT_EQUAL(tpu_validate_matmul(&a, &b, 1000, &m, &k, &n, &dt, msg, sizeof msg), TPU_CODE_OK);
   CU_ASSERT(m == 2 && k == 3 && n == 4 && dt == TPU_DTYPE_FP32);
-  tpu_vtensor_t b2 = {bad, 2, "FP32", 64, 1};
+  tpu_vtensor_t b2 = {bad, 2, "FP32", 64, 1, data};
   CU_ASSERT_EQUAL(tpu_validate_matmul(&a, &b2, 1000, &m, &k, &n, &dt, msg, sizeof msg),
                   TPU_CODE_INVALID_ARGUMENT);
   CU_ASSERT_PTR_NOT_NULL(strstr(msg, "K must match"));
-  tpu_vtensor_t b3 = {bs, 2, "INT8", 12, 1};
+  tpu_vtensor_t b3 = {bs, 2, "INT8", 12, 1, data};
   CU_ASSERT_EQUAL(tpu_validate_matmul(&a, &b3, 1000, &m, &k, &n, &dt, msg, sizeof msg),
                   TPU_CODE_INVALID_ARGUMENT);
   CU_ASSERT_PTR_NOT_NULL(strstr(msg, "same datatype"));
-  tpu_vtensor_t a3 = {r3, 3, "FP32", 24, 1};
+  tpu_vtensor_t a3 = {r3, 3, "FP32", 24, 1, data};
   CU_ASSERT_EQUAL(tpu_validate_matmul(&a3, &b, 1000, &m, &k, &n, &dt, msg, sizeof msg),
                   TPU_CODE_INVALID_ARGUMENT);
   CU_ASSERT_PTR_NOT_NULL(strstr(msg, "expected rank 2"));
-  tpu_vtensor_t a_short = {as, 2, "FP32", 20, 1};
+  tpu_vtensor_t a_short = {as, 2, "FP32", 20, 1, data};
   CU_ASSERT_EQUAL(tpu_validate_matmul(&a_short, &b, 1000, &m, &k, &n, &dt, msg, sizeof msg),
                   TPU_CODE_INVALID_ARGUMENT);
   CU_ASSERT_PTR_NOT_NULL(strstr(msg, "needs 24 bytes of FP32 data, got 20"));
-  tpu_vtensor_t a_fp16 = {as, 2, "FP16", 12, 1};
+  tpu_vtensor_t a_fp16 = {as, 2, "FP16", 12, 1, data};
   CU_ASSERT_EQUAL(tpu_validate_matmul(&a_fp16, &b, 1000, &m, &k, &n, &dt, msg, sizeof msg),
                   TPU_CODE_INVALID_ARGUMENT);
   CU_ASSERT_PTR_NOT_NULL(strstr(msg, "expected FP32, BF16 or INT8"));
-  tpu_vtensor_t a0 = {z, 2, "FP32", 0, 1};
+  tpu_vtensor_t a0 = {z, 2, "FP32", 0, 1, data};
   CU_ASSERT_EQUAL(tpu_validate_matmul(&a0, &b, 1000, &m, &k, &n, &dt, msg, sizeof msg),
                   TPU_CODE_INVALID_ARGUMENT);
   CU_ASSERT_EQUAL(tpu_validate_matmul(&a, &b, 10, &m, &k, &n, &dt, msg, sizeof msg),
@@ -229,7 +231,77 @@ static void test_matmul(void) {
   CU_ASSERT_PTR_NOT_NULL(strstr(msg, "tensor 'a' is missing"));
 }
 
+/* NaN and infinities are refused in every floating-point input, raw or typed, infer or MatMul,
+ * with the element's index; the largest finite values and subnormals pass. */
+static void test_nonfinite(void) {
+  int64_t s[2] = {3, 5};
+  tpu_vinput_t in = raw_input(s, 2, 60);
+  tpu_vresult_t res;
+  char msg[512];
+  data[7] = NAN; /* row 1, column 2 */
+  EXPECT_FAIL(TPU_CODE_INVALID_ARGUMENT,
+              "input 'x': element [1,2] is NaN; expected finite FP32 values", &in, 1, 1, NULL, 0);
+  data[7] = 0;
+  data[14] = -INFINITY;
+  EXPECT_FAIL(TPU_CODE_INVALID_ARGUMENT, "element [2,4] is -infinity", &in, 1, 1, NULL, 0);
+  data[14] = 0;
+  data[0] = INFINITY;
+  EXPECT_FAIL(TPU_CODE_INVALID_ARGUMENT, "element [0,0] is infinity", &in, 1, 1, NULL, 0);
+  in.has_raw = 0; /* typed contents.fp32_contents: the same rule */
+  in.raw_len = 0;
+  in.fp32 = data;
+  in.n_fp32 = 15;
+  EXPECT_FAIL(TPU_CODE_INVALID_ARGUMENT, "element [0,0] is infinity", &in, 1, 0, NULL, 0);
+  data[0] = FLT_MAX;
+  data[1] = -FLT_MAX;
+  data[2] = FLT_MIN / 4; /* subnormal */
+  data[3] = -0.0f;
+  CU_ASSERT_EQUAL(run(&in, 1, 0, NULL, 0, &res, msg), TPU_CODE_OK);
+  in = raw_input(s, 2, 60);
+  CU_ASSERT_EQUAL(run(&in, 1, 1, NULL, 0, &res, msg), TPU_CODE_OK);
+  memset(data, 0, sizeof data);
+
+  /* BF16 (a model input of that type), by bits: 0x7f80 is infinity, 0x7fc1 a NaN. */
+  static const int64_t b_shape[1] = {-1};
+  tpu_tensor_spec_t bspec = {"b", "BF16", b_shape, 1};
+  tpu_vmodel_t mb = {"model 'b' version 1", &bspec, 1, &out_spec, 1};
+  uint16_t bf[4] = {0x3f80, 0x7f7f, 0xff80, 0x7fc1}; /* 1, max finite, -inf, NaN */
+  int64_t s4[1] = {4}, s2[1] = {2};
+  tpu_vinput_t bi = {.name = "b", .datatype = "BF16", .shape = s4, .rank = 1, .has_raw = 1,
+                     .raw = bf, .raw_len = 8};
+  tpu_vrequest_t r = {&bi, 1, 1, NULL, 0};
+  CU_ASSERT_EQUAL(tpu_validate_infer(&mb, &r, &res, msg, sizeof msg), TPU_CODE_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(msg, "input 'b': element [2] is -infinity; expected finite BF16"));
+  bi.shape = s2;
+  bi.raw_len = 4;
+  CU_ASSERT_EQUAL(tpu_validate_infer(&mb, &r, &res, msg, sizeof msg), TPU_CODE_OK);
+
+  /* MatMul operands: FP32 and BF16. */
+  int64_t as[2] = {2, 3}, bs[2] = {3, 4};
+  float fa[6] = {1, 2, 3, 4, 5, 6}, fb[12] = {0};
+  tpu_vtensor_t a = {as, 2, "FP32", 24, 1, fa}, b = {bs, 2, "FP32", 48, 1, fb};
+  size_t m, k, n;
+  int dt;
+  CU_ASSERT_EQUAL(tpu_validate_matmul(&a, &b, 1000, &m, &k, &n, &dt, msg, sizeof msg),
+                  TPU_CODE_OK);
+  fb[11] = NAN;
+  CU_ASSERT_EQUAL(tpu_validate_matmul(&a, &b, 1000, &m, &k, &n, &dt, msg, sizeof msg),
+                  TPU_CODE_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(msg, "matmul: tensor 'b': element [2,3] is NaN"));
+  uint16_t ba[6] = {0x3f80, 0x3f80, 0x7f80, 0, 0, 0}, bb[12] = {0};
+  tpu_vtensor_t a16 = {as, 2, "BF16", 12, 1, ba}, b16 = {bs, 2, "BF16", 24, 1, bb};
+  CU_ASSERT_EQUAL(tpu_validate_matmul(&a16, &b16, 1000, &m, &k, &n, &dt, msg, sizeof msg),
+                  TPU_CODE_INVALID_ARGUMENT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(msg, "matmul: tensor 'a': element [0,2] is infinity"));
+  /* INT8 has no such values: any bytes pass. */
+  uint8_t ia[6] = {0xff, 0x80, 0x7f, 0, 1, 2}, ib[12] = {0xff};
+  tpu_vtensor_t a8 = {as, 2, "INT8", 6, 1, ia}, b8 = {bs, 2, "INT8", 12, 1, ib};
+  CU_ASSERT_EQUAL(tpu_validate_matmul(&a8, &b8, 1000, &m, &k, &n, &dt, msg, sizeof msg),
+                  TPU_CODE_OK);
+}
+
 TPU_TEST_SUITE(server_validate, {"ok_raw", test_ok_raw}, {"ok_typed", test_ok_typed},
                {"failures", test_failures},
                {"missing_and_batch_mismatch", test_missing_and_batch_mismatch},
-               {"shape_random", test_shape_random}, {"matmul", test_matmul})
+               {"shape_random", test_shape_random}, {"matmul", test_matmul},
+               {"nonfinite", test_nonfinite})
