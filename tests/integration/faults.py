@@ -17,6 +17,7 @@
         overwrite TENSOR  after ARG milliseconds, rewrite TENSOR's bytes in place, negated and
                           scaled (same size, same offsets: only the values change)
       Prints "armed" (flushed) once the watch is set, "acted" after acting; gives up after 60 s.
+      PATH may be renamed after "armed": the action goes through a descriptor opened before.
   keepalive HPORT
       One HTTP/1.1 connection, opened at once and kept: reads commands from stdin and answers
       one line each. "infer MODEL" -> the status of a 1-row infer of zeros (width from the
@@ -28,6 +29,7 @@ import ctypes
 import http.client
 import json
 import os
+import select
 import struct
 import sys
 import time
@@ -91,40 +93,33 @@ IN_OPEN = 0x20
 
 def on_open(args):
     path, action = args[0], args[1]
+    # Our own descriptor, opened before the watch (so it is not the open we wait for), and used
+    # for the action: the test renames the directory into place meanwhile.
+    fd = os.open(path, os.O_RDWR)
+    old = os.pread(fd, os.fstat(fd).st_size, 0)
     libc = ctypes.CDLL(None, use_errno=True)
-    fd = libc.inotify_init1(0)
-    if fd < 0 or libc.inotify_add_watch(fd, path.encode(), IN_OPEN) < 0:
+    ino = libc.inotify_init1(0)
+    if ino < 0 or libc.inotify_add_watch(ino, path.encode(), IN_OPEN) < 0:
         sys.exit(f"inotify on {path}: errno {ctypes.get_errno()}")
     print("armed", flush=True)
-    deadline = time.monotonic() + 60
-    import select
-    while time.monotonic() < deadline:
-        r, _, _ = select.select([fd], [], [], 1.0)
-        if r:
-            os.read(fd, 4096)
-            break
-    else:
+    r, _, _ = select.select([ino], [], [], 60.0)
+    if not r:
         sys.exit("nothing opened " + path)
-    if action == "truncate-rewrite":
-        with open(path, "rb") as f:
-            old = f.read()  # the page cache: instant
-        os.truncate(path, 0)
+    os.read(ino, 4096)
+    if action == "truncate-rewrite":  # what cp does: O_TRUNC, then the bytes
+        os.ftruncate(fd, 0)
         time.sleep(0.2)
-        with open(path, "r+b") as f:
-            f.write(old)
-    elif action == "overwrite":
+        os.pwrite(fd, old, 0)
+    elif action == "overwrite":  # the tensor's bytes in place: same size, new values
         tensor, delay_ms = args[2], int(args[3])
         time.sleep(delay_ms / 1000.0)
-        with open(path, "r+b") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            hdr = json.loads(f.read(n))
-            b, e = hdr[tensor]["data_offsets"]
-            f.seek(8 + n + b)
-            vals = np.frombuffer(f.read(e - b), dtype="<f4")
-            f.seek(8 + n + b)
-            f.write((vals * np.float32(-100)).astype("<f4").tobytes())
+        n = struct.unpack("<Q", old[:8])[0]
+        b, e = json.loads(old[8:8 + n])[tensor]["data_offsets"]
+        vals = np.frombuffer(old[8 + n + b:8 + n + e], dtype="<f4")
+        os.pwrite(fd, (vals * np.float32(-100)).astype("<f4").tobytes(), 8 + n + b)
     else:
         sys.exit("unknown action " + action)
+    os.close(fd)
     print("acted", flush=True)
 
 
