@@ -204,7 +204,45 @@ static void test_errors(void) {
   tpu_engine_free(e);
 }
 
+/* Sizing before packing (model loads refuse what does not fit): what is held covers the packed
+ * payload, the conversion buffers follow the dtypes, bad arguments are refused; plans likewise. */
+static void test_memory(void) {
+  tpu_engine_t *e;
+  CU_ASSERT_FATAL(tpu_engine_create(NULL, &e) == TPU_OK);
+  size_t held, tr, k = 300, n = 70;
+  CU_ASSERT(tpu_weights_memory(e, TPU_DTYPE_FP32, TPU_DTYPE_FP32, k, n, &held, &tr) == TPU_OK);
+  CU_ASSERT(held >= k * n * 4);
+  CU_ASSERT_EQUAL(tr, 0);
+  CU_ASSERT(tpu_weights_memory(e, TPU_DTYPE_BF16, TPU_DTYPE_FP32, k, n, &held, &tr) == TPU_OK);
+  CU_ASSERT(held >= k * n * 2);
+  CU_ASSERT_EQUAL(tr, k * n * 2);
+  CU_ASSERT(tpu_weights_memory(e, TPU_DTYPE_INT8, TPU_DTYPE_FP32, k, n, &held, &tr) == TPU_OK);
+  CU_ASSERT(held >= k * n + n * 4); /* and the scales */
+  CU_ASSERT_EQUAL(tr, k * n * 5);
+  CU_ASSERT(tpu_weights_memory(e, TPU_DTYPE_INT8, TPU_DTYPE_INT8, k, n, &held, &tr) == TPU_OK);
+  CU_ASSERT_EQUAL(tr, 0);
+  CU_ASSERT(tpu_weights_memory(e, TPU_DTYPE_INT32, TPU_DTYPE_FP32, k, n, &held, &tr) == TPU_EDTYPE);
+  CU_ASSERT(tpu_weights_memory(e, TPU_DTYPE_FP32, TPU_DTYPE_FP32, 0, n, &held, &tr) == TPU_EINVAL);
+  CU_ASSERT(tpu_weights_memory(NULL, TPU_DTYPE_FP32, TPU_DTYPE_FP32, k, n, &held, &tr) ==
+            TPU_EINVAL);
+  CU_ASSERT(tpu_weights_memory(e, TPU_DTYPE_FP32, TPU_DTYPE_FP32, (size_t)1 << 40,
+                               (size_t)1 << 40, &held, &tr) == TPU_EOVERFLOW);
+  size_t p1, p64, pb;
+  CU_ASSERT(tpu_plan_memory(e, TPU_DTYPE_INT8, k, n, 1, TPU_DTYPE_FP32, NULL, &p1) == TPU_OK);
+  CU_ASSERT(tpu_plan_memory(e, TPU_DTYPE_INT8, k, n, 64, TPU_DTYPE_FP32, NULL, &p64) == TPU_OK);
+  CU_ASSERT(p64 >= p1 + 63 * k); /* FP32 rows quantized into the plan's own [m][k] */
+  static const float bias;
+  tpu_epilogue_t ep = {.bias = &bias, .act = TPU_ACT_NONE, .out_dtype = TPU_DTYPE_FP32};
+  CU_ASSERT(tpu_plan_memory(e, TPU_DTYPE_INT8, k, n, 64, TPU_DTYPE_FP32, &ep, &pb) == TPU_OK);
+  CU_ASSERT(pb >= p64 + n * 4);
+  CU_ASSERT(tpu_plan_memory(e, TPU_DTYPE_INT32, k, n, 1, TPU_DTYPE_FP32, NULL, &p1) == TPU_EDTYPE);
+  CU_ASSERT(tpu_plan_memory(e, TPU_DTYPE_FP32, k, n, 0, TPU_DTYPE_FP32, NULL, &p1) != TPU_OK);
+  CU_ASSERT(tpu_plan_memory(NULL, TPU_DTYPE_FP32, k, n, 1, TPU_DTYPE_FP32, NULL, &p1) == TPU_EINVAL);
+  tpu_engine_free(e);
+}
+
 TPU_TEST_SUITE(engine_weights,
+               {"memory", test_memory},
                {"sources_and_layouts", test_sources_and_layouts},
                {"int8_source", test_int8_source},
                {"errors", test_errors})

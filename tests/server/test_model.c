@@ -4,13 +4,17 @@
  * the bundled models (digits must reproduce scikit-learn's predictions on the whole data set).
  */
 #define _GNU_SOURCE /* nftw */
+#include <fcntl.h>
 #include <ftw.h>
+#include <malloc.h>
 #include <math.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "safetensors.h"
@@ -764,6 +768,143 @@ static void test_matmul_model(void) {
   tpu_model_free(m);
 }
 
+/* ---- memory, cancel, transient failures, special files (issue #15) ---- */
+
+/* Writes a one-layer K -> N model with buckets `buckets` into a new directory. */
+static char *one_layer(size_t k, size_t n, const char *buckets) {
+  char *dir = make_tmpdir(), sha[65];
+  float *w = calloc(k * n, sizeof *w);
+  for (size_t i = 0; i < k * n; i++) w[i] = (float)(i % 7) - 3.0f;
+  tens_t t[] = {{"w", "F32", 2, {n, k}, w, k * n * sizeof *w}};
+  write_checkpoint(dir, t, 1, sha);
+  lspec_t l[] = {{"w", NULL, "none"}};
+  write_config(dir, k, n, l, 1, "fp32", buckets, sha);
+  free(w);
+  return dir;
+}
+
+/* Regression (a 1 MiB checkpoint asking for 4 GiB loaded for 31 s): the need is computed from
+ * the shapes before any big allocation and checked against the limit, with the figures. */
+static void test_memory_limit(void) {
+  char *dir = one_layer(1024, 2, "[1, 4096]"), err[1024];
+  tpu_model_t *m = (tpu_model_t *)1;
+  tpu_model_load_opts_t o = {.memory_limit = 8u << 20, .batch_copies = 1};
+  CU_ASSERT_EQUAL(tpu_model_load(engine(), dir, "t", 1, &o, &m, err, sizeof err), TPU_ERANGE);
+  CU_ASSERT_PTR_NULL(m);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "more than the model memory limit of 8.0 MiB"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "activations and staging for 4096 rows"));
+  CU_ASSERT_FALSE(o.transient);
+  /* Input and output staging alone: 4096 x (1024 + 2) floats, twice (model and batcher). */
+  uint64_t staging = 4096ull * 1026 * 4;
+  CU_ASSERT(o.memory_bytes >= 2 * staging);
+  CU_ASSERT(o.memory_bytes < 2 * staging + (1u << 20));
+  CU_ASSERT(o.peak_bytes > o.memory_bytes);
+  /* Under a limit that holds it: loads and reports the same figure. */
+  tpu_model_load_opts_t o2 = {.memory_limit = 64u << 20, .batch_copies = 1};
+  CU_ASSERT_EQUAL_FATAL(tpu_model_load(engine(), dir, "t", 1, &o2, &m, err, sizeof err), TPU_OK);
+  CU_ASSERT_EQUAL(o2.memory_bytes, o.memory_bytes);
+  CU_ASSERT_EQUAL(tpu_model_memory_bytes(m), o.memory_bytes);
+  tpu_model_free(m);
+  /* A checkpoint larger than the limit is refused from its size, before it is read. */
+  tpu_model_load_opts_t o3 = {.memory_limit = 1000};
+  CU_ASSERT_EQUAL(tpu_model_load(engine(), dir, "t", 1, &o3, &m, err, sizeof err), TPU_ERANGE);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "the checkpoint is"));
+  rm_tmpdir(dir);
+}
+
+/* The estimate is what the load really allocates: the heap grows by memory_bytes (glibc's
+ * mallinfo2, small and mmapped blocks), within allocator rounding. */
+static void test_memory_estimate(void) {
+  static const char *const shapes[][3] = {
+      {"300", "70", "[1, 8, 64]"}, {"64", "1000", "[2, 512]"}, {"2000", "3", "[1, 128, 1024]"}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    char *dir = one_layer((size_t)atoi(shapes[i][0]), (size_t)atoi(shapes[i][1]), shapes[i][2]);
+    char err[512];
+    tpu_model_t *m = NULL;
+    tpu_model_load_opts_t o = {0};
+    struct mallinfo2 a = mallinfo2();
+    CU_ASSERT_EQUAL_FATAL(tpu_model_load(engine(), dir, "t", 1, &o, &m, err, sizeof err), TPU_OK);
+    struct mallinfo2 b = mallinfo2();
+    double used = (double)(b.uordblks + b.hblkhd) - (double)(a.uordblks + a.hblkhd);
+    double want = (double)o.memory_bytes;
+    if (!(used <= want * 1.05 + 65536 && used >= want * 0.95 - 65536))
+      fprintf(stderr, "\n  %s x %s %s: heap grew %.0f bytes, estimate %.0f\n", shapes[i][0],
+              shapes[i][1], shapes[i][2], used, want);
+    CU_ASSERT(used <= want * 1.05 + 65536 && used >= want * 0.95 - 65536);
+    tpu_model_free(m);
+    rm_tmpdir(dir);
+  }
+}
+
+static void test_cancel(void) {
+  char *dir = one_layer(16, 4, "[1, 8]"), err[512];
+  tpu_model_t *m = (tpu_model_t *)1;
+  atomic_int cancel;
+  atomic_init(&cancel, 1);
+  tpu_model_load_opts_t o = {.cancel = &cancel};
+  CU_ASSERT_EQUAL(tpu_model_load(engine(), dir, "t", 1, &o, &m, err, sizeof err), TPU_ECANCELED);
+  CU_ASSERT_PTR_NULL(m);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "cancelled"));
+  CU_ASSERT_FALSE(o.transient);
+  atomic_store(&cancel, 0);
+  CU_ASSERT_EQUAL(tpu_model_load(engine(), dir, "t", 1, &o, &m, err, sizeof err), TPU_OK);
+  /* Per-bucket cost from the plans: M·K·N MACs of the one layer. */
+  uint64_t macs = 0, cycles = 0, slots = 0;
+  CU_ASSERT_EQUAL(tpu_model_bucket_cost(m, 1, &macs, &cycles, &slots), TPU_OK);
+  CU_ASSERT_EQUAL(macs, 8 * 16 * 4);
+  CU_ASSERT_EQUAL(cycles, tpu_systolic_cycles(128, 128, 8, 16, 4));
+  CU_ASSERT_EQUAL(tpu_model_bucket_cost(m, 2, &macs, NULL, NULL), TPU_EINVAL);
+  tpu_model_free(m);
+  rm_tmpdir(dir);
+}
+
+/* Descriptors exhausted: the load fails with transient set (retry with the same files), unlike
+ * a bad file. */
+static void test_transient(void) {
+  char *dir = one_layer(16, 4, "[1]"), err[512];
+  tpu_model_t *m = NULL;
+  tpu_model_load_opts_t o = {0};
+  struct rlimit old, low;
+  CU_ASSERT_EQUAL_FATAL(getrlimit(RLIMIT_NOFILE, &old), 0);
+  int fds[512], n = 0;
+  low = old;
+  low.rlim_cur = 256;
+  CU_ASSERT_EQUAL_FATAL(setrlimit(RLIMIT_NOFILE, &low), 0);
+  while (n < 512 && (fds[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) n++;
+  tpu_status_t rc = tpu_model_load(engine(), dir, "t", 1, &o, &m, err, sizeof err);
+  while (n > 0) close(fds[--n]);
+  CU_ASSERT_EQUAL(setrlimit(RLIMIT_NOFILE, &old), 0);
+  CU_ASSERT_EQUAL(rc, TPU_EINVAL);
+  CU_ASSERT_TRUE(o.transient);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "Too many open files"));
+  CU_ASSERT_EQUAL(tpu_model_load(engine(), dir, "t", 1, &o, &m, err, sizeof err), TPU_OK);
+  CU_ASSERT_FALSE(o.transient);
+  tpu_model_free(m);
+  /* A bad digest is the files' fault: not transient. */
+  char p[600];
+  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  FILE *f = fopen(p, "ab");
+  fputc(0, f);
+  fclose(f);
+  CU_ASSERT_EQUAL(tpu_model_load(engine(), dir, "t", 1, &o, &m, err, sizeof err), TPU_EINVAL);
+  CU_ASSERT_FALSE(o.transient);
+  rm_tmpdir(dir);
+}
+
+/* Regression (a FIFO as model.json or as the checkpoint blocked the load forever). */
+static void test_fifo_files(void) {
+  char *dir = one_layer(16, 4, "[1]"), p[600];
+  snprintf(p, sizeof p, "%s/model.safetensors", dir);
+  CU_ASSERT_EQUAL(unlink(p), 0);
+  CU_ASSERT_EQUAL_FATAL(mkfifo(p, 0644), 0);
+  load_bad(dir, "model.safetensors: a FIFO, not a regular file");
+  snprintf(p, sizeof p, "%s/model.json", dir);
+  CU_ASSERT_EQUAL(unlink(p), 0);
+  CU_ASSERT_EQUAL_FATAL(mkfifo(p, 0644), 0);
+  load_bad(dir, "model.json: a FIFO, not a regular file");
+  rm_tmpdir(dir);
+}
+
 static void test_cleanup(void) {
   /* Last case: the shared engine goes, so valgrind sees no leak. */
   tpu_engine_free(shared_engine);
@@ -783,4 +924,9 @@ TPU_TEST_SUITE(model,
                {"digits_bf16", test_digits_bf16},
                {"digits_int8", test_digits_int8},
                {"matmul_model", test_matmul_model},
+               {"memory_limit", test_memory_limit},
+               {"memory_estimate", test_memory_estimate},
+               {"cancel", test_cancel},
+               {"transient", test_transient},
+               {"fifo_files", test_fifo_files},
                {"cleanup", test_cleanup})
