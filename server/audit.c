@@ -32,6 +32,7 @@
 #include <inttypes.h>
 #include <libgen.h>
 #include <openssl/evp.h>
+#include <openssl/crypto.h>
 #include <openssl/hmac.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -46,6 +47,7 @@
 
 #include "audit_int.h"
 #include "clock.h"
+#include "file.h"
 #include "log.h"
 
 #define STR_MAX 1024         /* bytes kept of each string field */
@@ -318,22 +320,21 @@ int tpu_audit_parse_fsync(const char *name, tpu_audit_fsync_t *out) {
 }
 
 int tpu_audit_load_key(const char *path, uint8_t *key, size_t cap, char *err, size_t errlen) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    snprintf(err, errlen, "audit key '%s': %s", path, strerror(errno));
-    return -1;
-  }
-  size_t n = fread(key, 1, cap, f);
-  int more = fgetc(f) != EOF, bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    snprintf(err, errlen, "audit key '%s': read error", path);
-    return -1;
-  }
-  if (more) {
+  void *buf;
+  size_t n;
+  char why[4200];
+  int e = tpu_file_read(path, cap, NULL, &buf, &n, NULL, why, sizeof why);
+  if (e == EFBIG) {
     snprintf(err, errlen, "audit key '%s': longer than %zu bytes", path, cap);
     return -1;
   }
+  if (e) {
+    snprintf(err, errlen, "audit key %s", why);
+    return -1;
+  }
+  memcpy(key, buf, n);
+  OPENSSL_cleanse(buf, n);
+  free(buf);
   while (n > 0 && (key[n - 1] == '\n' || key[n - 1] == '\r')) n--;
   if (n < 16) {
     snprintf(err, errlen, "audit key '%s': %zu bytes, expected at least 16", path, n);

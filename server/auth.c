@@ -4,6 +4,8 @@
  */
 #include "auth.h"
 
+#include "file.h"
+
 #include <errno.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
@@ -193,42 +195,17 @@ fail:
 
 int tpu_auth_table_load(const char *path, tpu_auth_table_t **out, char *err, size_t errlen) {
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    seterr(err, errlen, "tokens file %s: %s", path, strerror(errno));
+  void *buf;
+  size_t n;
+  char why[512];
+  /* Not a FIFO (a SIGHUP reload must not block the main loop), at most 64 MiB (file.h). */
+  if (tpu_file_read(path, 64u << 20, NULL, &buf, &n, NULL, why, sizeof why) != 0) {
+    seterr(err, errlen, "tokens file %s", why);
     return -1;
   }
-  size_t cap = 4096, n = 0;
-  char *buf = malloc(cap);
-  int rc = -1;
-  while (buf) {
-    if (n == cap) {
-      if (cap >= (64u << 20)) {
-        seterr(err, errlen, "tokens file %s: larger than 64 MiB", path);
-        goto out;
-      }
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) break;
-      buf = nb;
-      cap *= 2;
-    }
-    size_t got = fread(buf + n, 1, cap - n, f);
-    n += got;
-    if (got == 0) break;
-  }
-  if (!buf) {
-    seterr(err, errlen, "tokens file %s: out of memory", path);
-    goto out;
-  }
-  if (ferror(f)) {
-    seterr(err, errlen, "tokens file %s: read error", path);
-    goto out;
-  }
-  rc = tpu_auth_table_parse(buf, n, path, out, err, errlen);
-out:
-  if (buf) OPENSSL_cleanse(buf, n);
+  int rc = tpu_auth_table_parse(buf, n, path, out, err, errlen);
+  OPENSSL_cleanse(buf, n);
   free(buf);
-  fclose(f);
   return rc;
 }
 

@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include "audit.h"
+#include "file.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -299,40 +300,15 @@ out:
 }
 
 static int load_file(tpu_config_t *cfg, const char *path, char *err, size_t errlen) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    seterr(err, errlen, "--config %s: cannot open: %s", path, strerror(errno));
+  void *buf;
+  size_t len;
+  char why[4200];
+  if (tpu_file_read(path, 1u << 20, NULL, &buf, &len, NULL, why, sizeof why) != 0) {
+    seterr(err, errlen, "--config %s", why);
     return -1;
   }
-  char *buf = NULL;
-  size_t len = 0, cap = 0;
-  int rc = -1;
-  for (;;) {
-    if (len + 4096 + 1 > cap) {
-      if (cap > (1u << 20)) {
-        seterr(err, errlen, "--config %s: larger than 1 MiB", path);
-        goto out;
-      }
-      char *nb = realloc(buf, cap = cap ? cap * 2 : 8192);
-      if (!nb) {
-        seterr(err, errlen, "--config %s: out of memory", path);
-        goto out;
-      }
-      buf = nb;
-    }
-    size_t n = fread(buf + len, 1, cap - len - 1, f);
-    len += n;
-    if (n == 0) break;
-  }
-  if (ferror(f)) {
-    seterr(err, errlen, "--config %s: read error", path);
-    goto out;
-  }
-  buf[len] = 0;
-  rc = tpu_config_apply_json(cfg, buf, path, err, errlen);
-out:
+  int rc = tpu_config_apply_json(cfg, buf, path, err, errlen); /* NUL-terminated (file.h) */
   free(buf);
-  fclose(f);
   return rc;
 }
 

@@ -51,6 +51,24 @@ int tpu_file_transient(int e) {
   return e == EMFILE || e == ENFILE || e == ENOMEM || e == ENOBUFS || e == EINTR || e == EAGAIN;
 }
 
+int tpu_file_check(const char *path, char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (!path) return failf(err, errlen, EINVAL, "(null)", "no path");
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    return failf(err, errlen, e, path, "cannot open: %s", strerror(e));
+  }
+  struct stat sb;
+  int rc = 0;
+  if (fstat(fd, &sb) != 0)
+    rc = failf(err, errlen, errno, path, "cannot stat: %s", strerror(errno));
+  else if (!S_ISREG(sb.st_mode))
+    rc = failf(err, errlen, EINVAL, path, "%s, not a regular file", kind_of(sb.st_mode));
+  close(fd);
+  return rc;
+}
+
 int tpu_file_read(const char *path, size_t max_bytes, const atomic_int *cancel, void **buf,
                   size_t *len, tpu_file_info_t *info, char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';

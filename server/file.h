@@ -48,6 +48,12 @@ typedef struct {
 int tpu_file_read(const char *path, size_t max_bytes, const atomic_int *cancel, void **buf,
                   size_t *len, tpu_file_info_t *info, char *err, size_t errlen);
 
+/* Checks, without blocking, that `path` is a regular file that can be opened for reading: for
+ * files another library opens itself (OpenSSL's PEM files), so that a FIFO in their place is
+ * refused instead of blocking that library's open(). Returns 0, or an errno value with err as
+ * for tpu_file_read. */
+int tpu_file_check(const char *path, char *err, size_t errlen);
+
 /* Whether a tpu_file_read (or open/opendir) error may go away with no change to the file:
  * EMFILE, ENFILE, ENOMEM, ENOBUFS, EINTR and EAGAIN. */
 int tpu_file_transient(int err);

@@ -63,6 +63,13 @@ static void conn_close(tpu__conn_t *conn, const char *why);
 
 int tpu__budget_reserve(tpu_server_t *srv, size_t bytes, char *msg, size_t msglen) {
   uint64_t limit = srv->cfg.max_buffered_bytes;
+  if (bytes > limit) { /* never fits: not "busy" (HTTP 413, not 503 "try again later") */
+    tpu_stats_inc(&tpu_stats.buffered_refused, 1);
+    snprintf(msg, msglen, "this answer needs %zu bytes, more than max-buffered-bytes (%llu) "
+             "allows at all; ask for fewer rows per request, or raise --max-buffered-bytes",
+             bytes, (unsigned long long)limit);
+    return -1;
+  }
   uint64_t before = atomic_fetch_add_explicit(&tpu_stats.buffered_bytes, bytes,
                                               memory_order_relaxed);
   if (before + bytes <= limit) return 0;

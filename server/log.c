@@ -38,14 +38,16 @@ const char *tpu_log_level_name(tpu_log_level_t level) {
   return (unsigned)level < 4 ? level_names[level] : "unknown";
 }
 
-const char *tpu_log_escape(char *out, size_t outlen, const char *in) {
+/* Copies `in` into out[o..cap), writing bytes that `quote` (all: names) or control characters
+ * only (messages: UTF-8 passes) as \xNN, stopping with room for 4 more bytes. Returns the new
+ * length; *rest points at what did not fit. */
+static size_t escape(char *out, size_t o, size_t cap, const char *in, int quote,
+                     const char **rest) {
   static const char hex[] = "0123456789abcdef";
-  size_t o = 0;
-  if (!outlen) return out;
-  if (!in) in = "(null)";
-  for (; *in && o + 8 < outlen; in++) {
+  for (; *in && o + 8 < cap; in++) {
     unsigned char c = (unsigned char)*in;
-    if (c < 0x20 || c >= 0x7f || c == '\\' || c == '\'' || c == '"') {
+    if (c < 0x20 || c == 0x7f ||
+        (quote && (c > 0x7f || c == '\\' || c == '\'' || c == '"'))) {
       out[o++] = '\\';
       out[o++] = 'x';
       out[o++] = hex[c >> 4];
@@ -54,7 +56,15 @@ const char *tpu_log_escape(char *out, size_t outlen, const char *in) {
       out[o++] = (char)c;
     }
   }
-  if (*in && o + 3 < outlen) {
+  *rest = in;
+  return o;
+}
+
+const char *tpu_log_escape(char *out, size_t outlen, const char *in) {
+  if (!outlen) return out;
+  const char *rest;
+  size_t o = escape(out, 0, outlen, in ? in : "(null)", 1, &rest);
+  if (*rest && o + 3 < outlen) {
     memcpy(out + o, "...", 3);
     o += 3;
   }
@@ -78,18 +88,8 @@ void tpu_log(tpu_log_level_t level, const char *fmt, ...) {
   va_end(ap);
   if (m < 0) msg[0] = '\0';
   /* Control characters escaped: one event, one line (UTF-8 passes through). */
-  static const char hex[] = "0123456789abcdef";
-  for (const char *p = msg; *p && n + 5 < sizeof line; p++) {
-    unsigned char c = (unsigned char)*p;
-    if (c < 0x20 || c == 0x7f) {
-      line[n++] = '\\';
-      line[n++] = 'x';
-      line[n++] = hex[c >> 4];
-      line[n++] = hex[c & 15];
-    } else {
-      line[n++] = (char)c;
-    }
-  }
+  const char *rest;
+  n = escape(line, n, sizeof line, msg, 0, &rest);
   line[n++] = '\n';
   ssize_t w = write(STDERR_FILENO, line, n);
   (void)w; /* nowhere to report a failed log write */

@@ -6,14 +6,13 @@
  * with a message; everything after start-up is the server's, which never exits the process.
  * SIGTERM/SIGINT drain and return here, and tpud exits 0.
  */
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "config.h"
 #include "log.h"
 #include "server.h"
+#include "thread.h"
 #include "tpu_engine.h"
 
 int main(int argc, char **argv) {
@@ -36,13 +35,12 @@ int main(int argc, char **argv) {
                cfg.models, cfg.threads, cfg.io_threads, cfg.port, cfg.http_port);
   tpu_engine_config_t ecfg = {.threads = cfg.threads};
   tpu_engine_t *engine = NULL;
-  /* The engine's pool threads start with every signal blocked: signals are the main thread's
-   * (server.c), also during the start-up loads, when a SIGHUP must not kill the process. */
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
+  /* The engine's pool threads start with the asynchronous signals blocked (thread.h): they are
+   * the main thread's, also during the start-up loads, when a SIGHUP must not kill tpud. */
+  sigset_t old;
+  tpu_thread_block_signals(&old);
   tpu_status_t st = tpu_engine_create(&ecfg, &engine);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  tpu_thread_restore_signals(&old);
   if (st != TPU_OK) {
     tpu_log_error("cannot create the engine: %s%s", tpu_strerror(st),
                   st == TPU_ENOTSUP ? " (TPUD_ISA names a kernel set this CPU cannot run)"

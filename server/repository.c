@@ -446,14 +446,16 @@ typedef struct {
   uint64_t version;
   int state;          /* TPUD__MODEL_STATE__MODEL_STATE_* when not serving */
   char reason[512];
+  char last_err[512]; /* the last load's error ("" after a success): logged once while it lasts */
   uint64_t disk_sig;  /* latest scan; 0 = not on disk */
   uint64_t tried_sig; /* signature of the files the last load attempt read */
   int pinned;         /* named by a ModelLoad: served whatever the policy says */
   int unloaded;       /* named by a ModelUnload: not served until a ModelLoad */
   int force;          /* load again even if the files did not change */
   int attempted;      /* loaded during the current reconcile (each version once per round) */
-  int transient;      /* the last load failed for want of descriptors or memory: retried at
-                       * every reconcile, files changed or not */
+  int transient;      /* the last load failed for want of descriptors or memory: retried,
+                       * files changed or not, from retry_at_us on */
+  uint64_t retry_at_us, retry_delay_us; /* transient retries back off: 1 s doubling to 60 s */
   int seen;           /* scan_update: listed (or kept, being unreadable) by the latest scan */
   unsigned ndraining; /* retired instances still referenced */
   tpu__model_t *inst; /* the serving instance (one reference), or NULL */
@@ -800,12 +802,13 @@ static void vdir_of(tpu__repo_t *r, const mstate_t *m, const vstate_t *v, char *
 }
 
 /* A version not to try (again) in this reconcile: its last load failed on the files it has now
- * (a transient failure: only once it was tried in this reconcile). */
+ * (a transient failure: until its retry time, and once per reconcile). */
 static int known_bad(const mstate_t *m, const vstate_t *v) {
   if (v->inst || v->state != TPUD__MODEL_STATE__MODEL_STATE_FAILED || v->force ||
       (m->force_all && !v->attempted))
     return 0;
-  if (v->transient) return v->attempted;
+  if (v->transient && v->tried_sig == v->disk_sig)
+    return v->attempted || tpu_now_us() < v->retry_at_us;
   return v->tried_sig == v->disk_sig;
 }
 
@@ -840,14 +843,20 @@ static void load_version(tpu__repo_t *r, mstate_t *m, vstate_t *v) {
     publish(r);
     return;
   }
-  /* A transient failure (descriptors, memory) says nothing about the files: tried again at the
-   * next reconcile, once per round, and logged once while the reason stays the same. */
-  int again = rc != 0 && transient && v->transient && strstr(v->reason, err) != NULL;
+  /* A transient failure (descriptors, memory) says nothing about the files: tried again with
+   * the same files, backing off (1 s doubling to 60 s), and logged and audited once while the
+   * reason stays the same. */
+  int again = rc != 0 && transient && v->transient && strcmp(v->last_err, err) == 0;
   v->transient = rc != 0 && transient;
-  /* The signature read before the load: files changed during it give a new one next scan. */
-  if (!v->transient) v->tried_sig = sig;
+  if (v->transient) {
+    v->retry_delay_us = again ? (v->retry_delay_us < 30000000u ? v->retry_delay_us * 2 : 60000000u)
+                              : 1000000u;
+    v->retry_at_us = tpu_now_us() + v->retry_delay_us;
+  }
+  snprintf(v->last_err, sizeof v->last_err, "%s", rc != 0 ? err : "");
+  v->tried_sig = sig; /* the signature read before the load: files changed meanwhile differ */
   if (rc != 0) {
-    const char *retry = transient ? "will retry at the next scan (descriptors or memory ran out)"
+    const char *retry = transient ? "will retry (descriptors or memory ran out), backing off"
                                   : "will retry when files change";
     if (reload) {
       snprintf(v->reason, sizeof v->reason,
@@ -952,7 +961,9 @@ static void reconcile(tpu__repo_t *r, mstate_t *m) {
       int w = v->pinned && v->disk_sig && !known_bad(m, v);
       for (size_t k = 0; !w && k < np; k++) w = pick[k] == v->version;
       want[i] = (char)w;
-      if (w && !v->attempted && (!v->inst || v->tried_sig != v->disk_sig || v->force))
+      if (w && !v->attempted &&
+          (!v->inst || v->tried_sig != v->disk_sig || v->force ||
+           (v->transient && tpu_now_us() >= v->retry_at_us))) /* a reload to retry */
         todo = v; /* the highest */
     }
     if (!todo || atomic_load(&r->srv->load_cancel)) break; /* stopping: load nothing more */
@@ -1072,6 +1083,7 @@ static int scan_update(tpu__repo_t *r) {
   if (r->root_warned) tpu_log_info("model repository %s: readable again", r->srv->cfg.models);
   r->root_warned = 0;
   report_problems(r, &s);
+  int oom = 0;
   for (size_t i = 0; i < r->nm; i++)
     for (size_t j = 0; j < r->m[i].nv; j++) r->m[i].v[j].seen = 0;
   for (size_t i = 0; i < s.n; i++) {
@@ -1081,7 +1093,10 @@ static int scan_update(tpu__repo_t *r) {
       for (size_t j = 0; m && j < m->nv; j++) m->v[j].seen = 1;
       continue;
     }
-    if (!m && !(m = add_m(r, ms->name))) break;
+    if (!m && !(m = add_m(r, ms->name))) {
+      oom = 1;
+      break;
+    }
     if (ms->policy_unread) {
       /* keep the policy in force and its signature: re-read when it can be */
     } else if (ms->policy_sig != m->policy_sig) {
@@ -1106,15 +1121,22 @@ static int scan_update(tpu__repo_t *r) {
         if (v) v->seen = 1;
         continue;
       }
-      if (!v && !(v = add_v(m, ms->v[j].version))) break;
+      if (!v && !(v = add_v(m, ms->v[j].version))) {
+        oom = 1;
+        break;
+      }
       v->disk_sig = ms->v[j].sig;
       v->seen = 1;
     }
   }
+  tpu_repo_scan_free(&s);
+  if (oom) { /* what was not listed is unknown, not gone: keep it, and load nothing now */
+    tpu_log_error("model repository: out of memory while scanning; serving what is loaded");
+    return -1;
+  }
   for (size_t i = 0; i < r->nm; i++)
     for (size_t j = 0; j < r->m[i].nv; j++)
       if (!r->m[i].v[j].seen) r->m[i].v[j].disk_sig = 0; /* gone from disk */
-  tpu_repo_scan_free(&s);
   return 0;
 }
 

@@ -329,9 +329,14 @@ static int fit_buffered(tpu_server_t *srv, char *err, size_t errlen) {
 static tpu_server_t *_Atomic starting;
 
 static void on_startup_signal(int sig) {
-  (void)sig;
   tpu_server_t *srv = atomic_load(&starting);
-  if (!srv) return;
+  if (!srv || atomic_load(&srv->stop_at_start)) {
+    /* A second stop (or one after start-up failed): whatever is still running that cannot be
+     * cancelled (packing one large layer), stop now, the default way. */
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
   atomic_store(&srv->load_cancel, 1);
   atomic_store(&srv->stop_at_start, 1);
 }
@@ -363,6 +368,7 @@ int tpu_server_create(const tpu_config_t *cfg, tpu_engine_t *engine, tpu_server_
   sigaddset(&block, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &block, &old);
   int rc = -1;
+  struct sigaction sa, old_term, old_int;
   srv->base = event_base_new();
   if (!srv->base) {
     snprintf(err, errlen, "cannot create the main event loop");
@@ -374,7 +380,6 @@ int tpu_server_create(const tpu_config_t *cfg, tpu_engine_t *engine, tpu_server_
   /* The start-up loads may take long: a stop then abandons them (on_startup_signal) instead of
    * waiting. Only this thread takes the signals meanwhile (threads start with all blocked,
    * thread.h), and only until the event loop's handlers replace this one. */
-  struct sigaction sa, old_term, old_int;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_startup_signal;
   sigemptyset(&sa.sa_mask);
@@ -388,12 +393,12 @@ int tpu_server_create(const tpu_config_t *cfg, tpu_engine_t *engine, tpu_server_
   pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
   int repo_rc = tpu__repo_create(srv, &srv->repo, err, errlen); /* loads the models */
   pthread_sigmask(SIG_BLOCK, &stop, NULL);
-  if (repo_rc != 0) {
-    sigaction(SIGTERM, &old_term, NULL);
-    sigaction(SIGINT, &old_int, NULL);
-    atomic_store(&starting, NULL);
-    goto out;
-  }
+  /* Blocked everywhere now (threads start blocked): a signal from here on waits, pending, for
+   * the loop's handlers, which save and later restore these. */
+  sigaction(SIGTERM, &old_term, NULL);
+  sigaction(SIGINT, &old_int, NULL);
+  atomic_store(&starting, NULL);
+  if (repo_rc != 0) goto out;
   if (tpu__mmpool_create(srv, cfg->threads, &srv->pool) != 0) {
     snprintf(err, errlen, "cannot start %u compute threads", cfg->threads);
     goto out;
@@ -415,7 +420,6 @@ int tpu_server_create(const tpu_config_t *cfg, tpu_engine_t *engine, tpu_server_
     snprintf(err, errlen, "cannot install signal handlers");
     goto out;
   }
-  atomic_store(&starting, NULL); /* libevent's handlers own SIGTERM and SIGINT from here */
   if (atomic_load(&srv->stop_at_start)) {
     /* Stopped while loading: the signal was taken by on_startup_signal; send it again, now to
      * the loop (pending until the mask is restored below), so tpu_server_run drains at once. */
@@ -424,7 +428,6 @@ int tpu_server_create(const tpu_config_t *cfg, tpu_engine_t *engine, tpu_server_
   }
   rc = 0;
 out:
-  atomic_store(&starting, NULL);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc != 0) {
     tpu_server_free(srv);

@@ -220,6 +220,8 @@ unsigned tpu__accept_failed(int which, int err, unsigned *backoff_ms);
 /* Reserves `bytes` for the answer of a call about to be accepted (I/O thread): 0, or -1 when it
  * would take tpud_buffered_bytes past the budget; then msg says so (it starts with
  * TPU__BUSY, which HTTP answers with 503) and the caller refuses the call RESOURCE_EXHAUSTED.
+ * An answer larger than the whole budget can never be taken: msg then says so without
+ * TPU__BUSY (HTTP 413), since trying again would not help.
  * The reservation lasts until tpu__call_free (call->budget), by when the answer is in a
  * connection's output, which counts itself (sock.c) until the kernel has taken it. */
 int tpu__budget_reserve(tpu_server_t *srv, size_t bytes, char *msg, size_t msglen);

@@ -4,6 +4,8 @@
  */
 #include "tls.h"
 
+#include "file.h"
+
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
 #include <pthread.h>
@@ -77,6 +79,14 @@ static SSL_CTX *build_ctx(const tpu_tls_t *t, tpu_tls_port_t port, char *err, si
     goto fail;
   }
   SSL_CTX_set_num_tickets(ctx, 1);
+  /* OpenSSL opens these itself, blocking: a FIFO in their place would hang a SIGHUP reload. */
+  const char *files[] = {t->cert_file, t->key_file, t->client_ca_file};
+  static const char *const flags[] = {"--tls-cert", "--tls-key", "--tls-client-ca"};
+  for (size_t i = 0; i < 3; i++) {
+    if (!files[i] || !*files[i] || tpu_file_check(files[i], why, sizeof why) == 0) continue;
+    snprintf(err, errlen, "%s %s", flags[i], why);
+    goto fail;
+  }
   if (SSL_CTX_use_certificate_chain_file(ctx, t->cert_file) != 1) {
     tpu_tls_last_error(why, sizeof why);
     snprintf(err, errlen, "--tls-cert %s: %s (expected a PEM certificate chain)", t->cert_file,

@@ -449,6 +449,19 @@ def part_buffered():
             % t.metrics().get("tpud_buffered_bytes"))
     t.stop()
 
+    # An answer larger than the whole budget can never be buffered: a permanent 413 with the
+    # reason, not 503 "server busy; try again later" forever.
+    t = Tpud("too-big", ["--max-buffered-bytes", str(1 << 20), "--max-message-bytes",
+                         str(1 << 20), "--queue-rows", "16384"])
+    hst, hbody = http_post(t.hport, "/v2/models/digits/infer", infer_json(7000))
+    A.check(hst == 413 and "more than max-buffered-bytes" in hbody and "busy" not in hbody,
+            "an HTTP answer larger than the whole budget: 413, not busy: %s" % hbody[:120],
+            "an HTTP answer larger than the whole budget: %s %s (expected 413 without "
+            "'server busy')" % (hst, hbody[:200]))
+    hst, hbody = http_post(t.hport, "/v2/models/digits/infer", infer_json(100))
+    A.check(hst == 200, "a smaller one is served", "a smaller one: %s %s" % (hst, hbody[:200]))
+    t.stop()
+
 
 def main():
     t0 = time.time()

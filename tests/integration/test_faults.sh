@@ -102,6 +102,19 @@ copy_digits() { # copy_digits DEST: a complete digits version, placed atomically
   cp -r "$V1" "$1.tmp" && mv "$1.tmp" "$1"
 }
 
+install_watched() { # install_watched STAGED DEST ACTION [ARGS]: watches STAGED's checkpoint
+  # (faults.py on-open ACTION), renames STAGED to DEST (a new version the next poll loads) and
+  # waits until the action was done on the load's open
+  local armed acted
+  coproc WATCH { $FAULTS on-open "$1/model.safetensors" "${@:3}"; }
+  read -r -t 10 armed <&"${WATCH[0]}"
+  [ "$armed" = armed ] || fail "watcher: $armed"
+  mv "$1" "$2"
+  read -r -t 30 acted <&"${WATCH[0]}"
+  [ "$acted" = acted ] || fail "watcher never saw the load open the checkpoint"
+  wait "${WATCH_PID:-}" 2>/dev/null
+}
+
 no_removal() { # no_removal WHAT: the log must not say a directory was removed
   if grep -q "its directory was removed" "$LOG"; then
     fail "$1: a version was unloaded as removed"
@@ -225,13 +238,7 @@ copy_digits "$R/digits/1"
 mkdir -p "$R/big"
 $FAULTS mkmodel "$R/big/.1" --inputs 64 --outputs 10 --pad 134217728 || exit 1
 start "$R" || exit 1
-coproc W5 { $FAULTS on-open "$R/big/.1/model.safetensors" truncate-rewrite; }
-read -r -t 10 armed <&"${W5[0]}"
-[ "$armed" = armed ] || fail "watcher: $armed"
-mv "$R/big/.1" "$R/big/1"
-read -r -t 30 acted <&"${W5[0]}"
-[ "$acted" = acted ] || fail "watcher never saw the load open the checkpoint"
-wait "${W5_PID:-}" 2>/dev/null
+install_watched "$R/big/.1" "$R/big/1" truncate-rewrite
 wait_state big 1 READY 15
 kill -0 $PID 2>/dev/null || { fail "tpud died (signal $(( $(wait $PID; echo $?) - 128 )))"; PID=; }
 if [ -n "$PID" ]; then
@@ -249,13 +256,7 @@ copy_digits "$R/digits/1"
 mkdir -p "$R/race"
 $FAULTS mkmodel "$R/race/.1" --inputs 64 --outputs 10 --pad 134217728 || exit 1
 start "$R" || exit 1
-coproc W6 { $FAULTS on-open "$R/race/.1/model.safetensors" overwrite fc0.weight 15; }
-read -r -t 10 armed <&"${W6[0]}"
-[ "$armed" = armed ] || fail "watcher: $armed"
-mv "$R/race/.1" "$R/race/1"
-read -r -t 30 acted <&"${W6[0]}"
-[ "$acted" = acted ] || fail "watcher never saw the load open the checkpoint"
-wait "${W6_PID:-}" 2>/dev/null
+install_watched "$R/race/.1" "$R/race/1" overwrite fc0.weight 15
 bad=0
 for _ in $(seq 1 30); do # 3 s: the first load and the reload after the change
   r=$($FAULTS check "$HPORT" race 1 "$R/race/.1.npz")
