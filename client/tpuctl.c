@@ -25,7 +25,8 @@
 #include "tpuclient.h"
 #ifdef TPUCTL_AUDIT
 #include "audit_verify.h"
-#define AUDIT_SYNOPSIS "audit verify [--key FILE] [--head FILE] [--allow-torn] [--partial] FILE..."
+#define AUDIT_SYNOPSIS \
+  "audit verify [--key FILE] [--head FILE] [--allow-torn] [--partial] [--strict] FILE..."
 #define AUDIT_HELP                                                                            \
   "Checks tpud audit logs offline (oldest file first: rotated <log>.<seq> files, then <log>):\n" \
   "sequence from seq 1, hash chain and each record's hash (HMAC-SHA256 with --key). Prints a\n" \
@@ -33,7 +34,8 @@
   "record count and the chain head, or the first bad record (file, line, seq) and what is\n"  \
   "wrong. --head FILE also checks the log against a saved head file; --allow-torn accepts a\n" \
   "torn last line (a crash); --partial accepts files that start at a rotate or gap record\n"  \
-  "(the earlier files kept elsewhere). Exit 0 OK, 1 a fault, 2 usage or unreadable file.\n"
+  "(the earlier files kept elsewhere); --strict exits 3 when the chain is intact but states\n" \
+  "missing records. Exit 0 OK, 1 a fault, 2 usage or unreadable file, 3 incomplete.\n"
 #endif
 
 #define EXIT_FAIL 1
@@ -229,9 +231,10 @@ static int cmd_models(const cli_t *cli) {
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < idx->n_models; i++) {
       const Tpud__RepositoryIndexResponse__ModelIndex *m = idx->models[i];
-      json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s}", "name", m->name, "version",
-                                           m->version, "state", state_name(m->state), "reason",
-                                           m->reason));
+      json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s, s:I}", "name", m->name,
+                                           "version", m->version, "state",
+                                           state_name(m->state), "reason", m->reason,
+                                           "memory_bytes", (json_int_t)m->memory_bytes));
     }
     json_t *root = json_pack("{s:o}", "models", arr);
     char *text = root ? json_dumps(root, JSON_COMPACT) : NULL;
@@ -245,11 +248,14 @@ static int cmd_models(const cli_t *cli) {
     size_t w = strlen("MODEL");
     for (size_t i = 0; i < idx->n_models; i++)
       if (strlen(idx->models[i]->name) > w) w = strlen(idx->models[i]->name);
-    printf("%-*s  %-7s  %-11s  %s\n", (int)w, "MODEL", "VERSION", "STATE", "REASON");
+    printf("%-*s  %-7s  %-11s  %9s  %s\n", (int)w, "MODEL", "VERSION", "STATE", "MEMORY",
+           "REASON");
     for (size_t i = 0; i < idx->n_models; i++) {
       const Tpud__RepositoryIndexResponse__ModelIndex *m = idx->models[i];
-      printf("%-*s  %-7s  %-11s  %s\n", (int)w, m->name, m->version, state_name(m->state),
-             m->reason);
+      char mem[32] = "-";
+      if (m->memory_bytes) snprintf(mem, sizeof mem, "%.1f MiB", (double)m->memory_bytes / 1048576.0);
+      printf("%-*s  %-7s  %-11s  %9s  %s\n", (int)w, m->name, m->version, state_name(m->state),
+             mem, m->reason);
     }
   }
   tpud__repository_index_response__free_unpacked(idx, NULL);
@@ -419,7 +425,8 @@ static const command_t commands[] = {
      "Lists every model version in the server's repository with its state (READY, LOADING,\n"
      "UNLOADING, UNAVAILABLE, FAILED) and, when not READY, why.\n"
      "  --ready-only   only versions that serve requests\n"
-     "  --json         print {\"models\": [{\"name\", \"version\", \"state\", \"reason\"}]}\n"},
+     "  --json         print {\"models\": [{\"name\", \"version\", \"state\", \"reason\",\n"
+     "                 \"memory_bytes\"}]}\n"},
     {"infer", cmd_infer, F_VERSION | F_DATA | F_FILE | F_STDIN, 1, 1,
      "infer MODEL [--version V] (--data JSON | --file FILE | -)",
      "Runs MODEL on the request body, the same JSON as the HTTP endpoint's\n"

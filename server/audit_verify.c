@@ -366,7 +366,7 @@ tpu_audit_fault_t tpu_audit_verify(const char *const *files, size_t nfiles,
 static void usage(FILE *f) {
   fprintf(f,
           "usage: tpuctl audit verify [--key FILE] [--head FILE] [--allow-torn] [--partial] "
-          "FILE...\n"
+          "[--strict] FILE...\n"
           "\n"
           "Checks an audit log: sequence, hash chain and each record's hash. Give rotated\n"
           "files oldest first (e.g. audit.log.0* audit.log).\n"
@@ -378,6 +378,8 @@ static void usage(FILE *f) {
           "  --partial      the files are only the end of the log (earlier files archived\n"
           "                 elsewhere): accept a first file that starts at a rotate or gap\n"
           "                 record instead of seq 1; the verdict says where it starts\n"
+          "  --strict       exit 3 when the chain is intact but states missing records (gap,\n"
+          "                 lost or rollback records): for scripts that need a complete log\n"
           "  -h, --help     this text\n"
           "\n"
           "The log must start at seq 1 and each record follow the one before it. The only\n"
@@ -385,7 +387,7 @@ static void usage(FILE *f) {
           "seqs went with it); each record that states a loss (gap, lost, rollback) is printed\n"
           "as a WARNING line. Prints OK with the record count and the chain head, or the first\n"
           "bad record (file, line, seq) and what is wrong with it. Exit status: 0 OK, 1 fault,\n"
-          "2 usage or an unreadable file.\n");
+          "2 usage or an unreadable file, 3 (--strict only) OK but records state a loss.\n");
 }
 
 #define CLI_WARN_MAX 20 /* WARNING lines printed; the rest are counted */
@@ -405,7 +407,7 @@ static void cli_warn(void *arg, const char *file, uint64_t line, uint64_t seq, c
 
 int tpu_audit_verify_cli(int argc, char **argv, FILE *out, FILE *err) {
   const char *key_path = NULL, *head_path = NULL;
-  int allow_torn = 0, partial = 0, i = 1;
+  int allow_torn = 0, partial = 0, strict = 0, i = 1;
   for (; i < argc; i++) {
     const char *a = argv[i];
     const char **dst = NULL;
@@ -424,6 +426,10 @@ int tpu_audit_verify_cli(int argc, char **argv, FILE *out, FILE *err) {
     }
     if (strcmp(a, "--partial") == 0) {
       partial = 1;
+      continue;
+    }
+    if (strcmp(a, "--strict") == 0) {
+      strict = 1;
       continue;
     }
     if (strncmp(a, "--key", 5) == 0 && (a[5] == '\0' || a[5] == '=')) dst = &key_path, name = "--key";
@@ -513,6 +519,12 @@ int tpu_audit_verify_cli(int argc, char **argv, FILE *out, FILE *err) {
               r->recovered == 1 ? "" : "s");
     fprintf(out, ")\n");
     rc = 0;
+    if (strict && r->losses) { /* intact, but it says it is not complete */
+      fprintf(out, "INCOMPLETE (--strict): %" PRIu64 " record%s state%s that records are "
+              "missing or were not written\n", r->losses, r->losses == 1 ? "" : "s",
+              r->losses == 1 ? "s" : "");
+      rc = 3;
+    }
   } else {
     fprintf(out, "%s: %s%s\n", f == TPU_AUDIT_FAULT_TORN ? "TORN" : "FAULT", where, r->what);
     rc = 1;

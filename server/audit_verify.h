@@ -89,11 +89,12 @@ tpu_audit_fault_t tpu_audit_verify(const char *const *files, size_t nfiles,
  * "rolled back", "rewritten", "head", "io". */
 const char *tpu_audit_fault_name(tpu_audit_fault_t f);
 
-/* `tpuctl audit verify [--key FILE] [--head FILE] [--allow-torn] [--partial] FILE...`: argv[0]
- * is the subcommand name ("verify"), options follow. Prints one "WARNING: ..." line per
+/* `tpuctl audit verify [--key FILE] [--head FILE] [--allow-torn] [--partial] [--strict] FILE...`:
+ * argv[0] is the subcommand name ("verify"), options follow. Prints one "WARNING: ..." line per
  * record that states a loss (at most 20, then a count), then the verdict to out ("OK: ..." or
  * "FAULT: ..."/"TORN: ..."), usage errors to err. Returns the exit status: 0 OK (or only a torn
- * tail with --allow-torn), 1 a fault, 2 usage error or an unreadable file. tpuctl calls it as
+ * tail with --allow-torn), 1 a fault, 2 usage error or an unreadable file, 3 with --strict when
+ * the chain is intact but states a loss. tpuctl calls it as
  *   if (argc > 2 && !strcmp(argv[1], "audit") && !strcmp(argv[2], "verify"))
  *     return tpu_audit_verify_cli(argc - 2, argv + 2, stdout, stderr); */
 int tpu_audit_verify_cli(int argc, char **argv, FILE *out, FILE *err);

@@ -36,18 +36,12 @@ struct tpu__mmpool {
  * (handlers.c): the operands are finite (validate.c), so the products or their sums left FP32's
  * range. INT8 gives INT32, always finite. */
 static void refuse_nonfinite(tpu__call_t *call) {
-  if (call->dtype == TPU_DTYPE_INT8) return;
-  const float *c = call->c;
-  for (size_t i = 0; i < call->m * call->n; i++) {
-    if (isfinite(c[i])) continue;
+  if (call->dtype == TPU_DTYPE_INT8) return; /* INT32 accumulators: always finite */
+  if (tpu_validate_result(call->c, call->m, call->n, "matmul: result",
+                          "the product overflows FP32, so there is no result (expected operands "
+                          "whose products and sums stay below 3.4e38)",
+                          call->msg_text, sizeof call->msg_text) != 0)
     call->code = TPU_CODE_INVALID_ARGUMENT;
-    snprintf(call->msg_text, sizeof call->msg_text,
-             "matmul: result element [%zu,%zu] is %s: the product overflows FP32, so there is "
-             "no result (expected operands whose products and sums stay below 3.4e38)",
-             i / call->n, i % call->n,
-             isnan(c[i]) ? "NaN" : c[i] > 0 ? "infinity" : "-infinity");
-    return;
-  }
 }
 
 static void run_matmul(tpu__mmpool_t *p, tpu__call_t *call, int aborting) {

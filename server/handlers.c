@@ -166,6 +166,7 @@ static void do_repository_index(tpu__conn_t *conn, uint64_t id, Tpud__Repository
     items[n].version = m->version_str;
     items[n].state = (Tpud__ModelState)m->state;
     items[n].reason = m->reason;
+    items[n].memory_bytes = m->memory_bytes;
     ptrs[n] = &items[n];
     n++;
   }
@@ -187,17 +188,13 @@ static void do_repository_index(tpu__conn_t *conn, uint64_t id, Tpud__Repository
  * what the client got. */
 static void refuse_nonfinite(tpu__call_t *call) {
   const tpu__model_t *m = call->model;
-  size_t cols = (size_t)m->out_shape[1], n = call->rows * cols;
-  for (size_t i = 0; i < n; i++) {
-    if (isfinite(call->out[i])) continue;
+  char what[300];
+  snprintf(what, sizeof what, "%s: output '%s'", m->label, m->out_spec.name);
+  if (tpu_validate_result(call->out, call->rows, (size_t)m->out_shape[1], what,
+                          "the input overflows FP32 inside the model, so there is no result "
+                          "(expected inputs of the magnitudes the model was made for)",
+                          call->msg_text, sizeof call->msg_text) != 0)
     call->code = TPU_CODE_INVALID_ARGUMENT;
-    snprintf(call->msg_text, sizeof call->msg_text,
-             "%s: output '%s' element [%zu,%zu] is %s: the input overflows FP32 inside the "
-             "model, so there is no result (expected inputs of the magnitudes the model was made "
-             "for)", m->label, m->out_spec.name, i / cols, i % cols,
-             isnan(call->out[i]) ? "NaN" : call->out[i] > 0 ? "infinity" : "-infinity");
-    return;
-  }
 }
 
 static void infer_done(tpu_batch_req_t *req, void *ctx) {

@@ -3,11 +3,13 @@
  * for the checkpoint conventions and thread rules).
  *
  * DESIGN
- * Load is a straight line with one unwind (goto fail): config, verified checkpoint, per-layer
- * shape checks and conversion, pack, plans, scratch, warm-up. The checkpoint mapping and every
- * temporary conversion buffer are released before load returns: a loaded model holds only the
- * engine's packed weights, its plans, its scratch and its metadata. Run never allocates, never
- * logs and never touches a file.
+ * Load is a straight line with one unwind (goto fail): config, verified checkpoint (a private
+ * copy), every layer's shapes, the memory check (size_model: nothing big is allocated before
+ * it), conversion and packing layer by layer, plans, scratch, warm-up, with the cancel flag
+ * checked between steps. The checkpoint's bytes and every temporary conversion buffer are
+ * released before load returns: a loaded model holds only the engine's packed weights, its
+ * plans, its scratch and its metadata. Run never allocates, never logs and never touches a
+ * file.
  */
 #include "model.h"
 
@@ -451,17 +453,7 @@ tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *n
     rc = fail(err, errlen, TPU_ENOMEM, dir, "out of memory");
     goto fail;
   }
-  void *text;
-  size_t textlen;
-  /* model.json: not a FIFO, not changing under us, bounded (file.h). */
-  if ((sys = tpu_file_read(path, TPU_MODEL_CONFIG_MAX_BYTES, NULL, &text, &textlen, NULL, err,
-                           errlen)) != 0) {
-    rc = sys == ENOMEM ? TPU_ENOMEM : TPU_EINVAL;
-    goto fail;
-  }
-  rc = tpu_model_config_parse(text, textlen, path, &m->cfg, err, errlen);
-  free(text);
-  if (rc != TPU_OK) goto fail;
+  if ((rc = tpu_model_config_load(path, &m->cfg, &sys, err, errlen)) != TPU_OK) goto fail;
   const tpu_model_config_t *cfg = m->cfg;
 
   if ((size_t)snprintf(ck, sizeof ck, "%s/%s", dir, cfg->checkpoint_file) >= sizeof ck) {

@@ -428,8 +428,8 @@ fail:
   return rc;
 }
 
-tpu_status_t tpu_model_config_load(const char *path, tpu_model_config_t **out, char *err,
-                                   size_t errlen) {
+tpu_status_t tpu_model_config_load(const char *path, tpu_model_config_t **out, int *sys_errno,
+                                   char *err, size_t errlen) {
   ctx_t c = {path ? path : "(null)", err, errlen};
   if (err && errlen) err[0] = '\0';
   if (!path || !out) return fail(&c, TPU_EINVAL, "invalid argument");
@@ -438,6 +438,7 @@ tpu_status_t tpu_model_config_load(const char *path, tpu_model_config_t **out, c
   size_t len;
   /* Not a FIFO, not growing while read, bounded (file.h); the message names the path. */
   int e = tpu_file_read(path, TPU_MODEL_CONFIG_MAX_BYTES, NULL, &buf, &len, NULL, err, errlen);
+  if (sys_errno) *sys_errno = e;
   if (e) return e == ENOMEM ? TPU_ENOMEM : TPU_EINVAL;
   tpu_status_t rc = tpu_model_config_parse(buf, len, path, out, err, errlen);
   free(buf);

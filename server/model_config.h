@@ -78,12 +78,14 @@ typedef struct {
   char sha256[65];       /* checkpoint.sha256, normalized to lower case */
 } tpu_model_config_t;
 
-/* Reads and validates the model.json at `path` (also the prefix of error messages). On success
- * *out is a new config to free with tpu_model_config_free; on failure *out is NULL, err (errlen
- * bytes; may be NULL) says what is wrong and the status is TPU_EINVAL (bad or unreadable file) or
- * TPU_ENOMEM. */
-tpu_status_t tpu_model_config_load(const char *path, tpu_model_config_t **out, char *err,
-                                   size_t errlen);
+/* Reads (tpu_file_read: a regular file, at most TPU_MODEL_CONFIG_MAX_BYTES) and validates the
+ * model.json at `path` (also the prefix of error messages). On success *out is a new config to
+ * free with tpu_model_config_free; on failure *out is NULL, err (errlen bytes; may be NULL) says
+ * what is wrong and the status is TPU_EINVAL (bad or unreadable file) or TPU_ENOMEM. sys_errno:
+ * NULL, or receives the errno of a failed read (0 if the read succeeded), so that callers can
+ * retry transient ones (tpu_file_transient). */
+tpu_status_t tpu_model_config_load(const char *path, tpu_model_config_t **out, int *sys_errno,
+                                   char *err, size_t errlen);
 
 /* As tpu_model_config_load, from `len` bytes of JSON text; `name` prefixes messages (NULL:
  * "model.json"). */

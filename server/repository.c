@@ -197,6 +197,15 @@ int tpu_repo_valid_name(const char *name) {
 /* An errno that means "not there" rather than "there but unreadable". */
 static int gone(int e) { return e == ENOENT || e == ENOTDIR; }
 
+/* The next entry of d, or NULL at the end (*rc = 0) or on an error (*rc = errno: the listing
+ * is incomplete, so nothing may be concluded from what it lacks). */
+static struct dirent *next_entry(DIR *d, int *rc) {
+  errno = 0;
+  struct dirent *e = readdir(d);
+  *rc = e ? 0 : errno;
+  return e;
+}
+
 int tpu_repo_dir_sig(const char *dir, uint64_t *sig) {
   DIR *d = opendir(dir);
   if (!d) return errno ? errno : EIO;
@@ -205,12 +214,7 @@ int tpu_repo_dir_sig(const char *dir, uint64_t *sig) {
   struct dirent *de;
   char path[8192];
   int rc = 0;
-  for (;;) {
-    errno = 0;
-    if (!(de = readdir(d))) {
-      rc = errno; /* 0 at the end; else the listing is incomplete */
-      break;
-    }
+  while ((de = next_entry(d, &rc))) {
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
     if (n == cap) {
       cap = cap ? cap * 2 : 16;
@@ -327,12 +331,7 @@ static int scan_model(tpu_repo_scan_t *s, const char *mdir, tpu_repo_mscan_t *m)
   size_t vcap = 0;
   struct dirent *ve;
   int rc = 0;
-  for (;;) {
-    errno = 0;
-    if (!(ve = readdir(vd))) {
-      rc = errno;
-      break;
-    }
+  while ((ve = next_entry(vd, &rc))) {
     uint64_t version;
     if (tpu_repo_parse_version(ve->d_name, &version) != 0) continue;
     snprintf(vdir, sizeof vdir, "%s/%s", mdir, ve->d_name);
@@ -372,12 +371,7 @@ int tpu_repo_scan(const char *root, tpu_repo_scan_t *out, char *err, size_t errl
   struct dirent *e;
   char mdir[8192], q[200];
   int rc = 0;
-  for (;;) {
-    errno = 0;
-    if (!(e = readdir(d))) {
-      rc = errno;
-      break;
-    }
+  while ((e = next_entry(d, &rc))) {
     if (e->d_name[0] == '.') continue; /* hidden, ".", "..": not ours */
     if ((size_t)snprintf(mdir, sizeof mdir, "%s/%s", root, e->d_name) >= sizeof mdir) continue;
     struct stat sb;

@@ -515,17 +515,6 @@ tpu_status_t tpu_safetensors_open(const char *path, tpu_safetensors_t **out, cha
   return tpu_safetensors_load(path, NULL, NULL, out, err, errlen);
 }
 
-tpu_status_t tpu_safetensors_open_verified(const char *path, const char *sha256_hex,
-                                           tpu_safetensors_t **out, char *err, size_t errlen) {
-  if (!sha256_hex) {
-    if (err && errlen) err[0] = '\0';
-    if (out) *out = NULL;
-    return fail(err, errlen, TPU_EINVAL, path ? path : "(null)",
-                "expected SHA-256 must be 64 hex digits");
-  }
-  return tpu_safetensors_load(path, sha256_hex, NULL, out, err, errlen);
-}
-
 static tpu_status_t digest(const tpu_safetensors_t *st, const atomic_int *cancel, char hex[65]) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int mdlen = 0;

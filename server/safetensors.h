@@ -131,10 +131,6 @@ tpu_status_t tpu_safetensors_load(const char *path, const char *sha256_hex,
 tpu_status_t tpu_safetensors_open(const char *path, tpu_safetensors_t **out, char *err,
                                   size_t errlen);
 
-/* tpu_safetensors_load with a required digest and without options. */
-tpu_status_t tpu_safetensors_open_verified(const char *path, const char *sha256_hex,
-                                           tpu_safetensors_t **out, char *err, size_t errlen);
-
 /* Validates `len` bytes at `buf` (a whole file's contents) without copying them. `name` prefixes
  * error messages (NULL: "<memory>"). The buffer must outlive *out and stay unchanged. Made for
  * fuzzing and tests; same checks and errors as tpu_safetensors_open. */

@@ -88,7 +88,7 @@ typedef struct tpu__model {
   tpu_vmodel_t vmodel;
   char label[200];    /* "model 'digits' version 1" */
   uint64_t memory_bytes; /* what the instance holds: model and batcher (tpu_model_load_opts_t) */
-  /* Engine work of one call per bucket (measured at load), added to stats per batch. */
+  /* Engine work of one call per bucket (from its plans at load), added to stats per batch. */
   size_t nbuckets;
   uint64_t bucket_macs[TPU_MODEL_MAX_BUCKETS], bucket_cycles[TPU_MODEL_MAX_BUCKETS],
       bucket_slots[TPU_MODEL_MAX_BUCKETS];

@@ -143,6 +143,7 @@ pyout=$($PY "$VERIFY_PY" "$A/audit.log")
   fail "audit_verify.py: $pyout"
 $PY "$VERIFY_PY" --head "$A/audit.log.head" "$A/audit.log" >/dev/null || fail "audit_verify.py --head"
 "$TPUCTL" audit verify --head "$A/audit.log.head" "$A/audit.log" >/dev/null || fail "verify --head"
+"$TPUCTL" audit verify --strict "$A/audit.log" >/dev/null || fail "verify --strict of a complete log"
 "$TPUCTL" --help | grep -q "audit verify" || fail "tpuctl --help does not list audit verify"
 
 # ---- 2. tamper: flip one byte in the middle ----
@@ -406,6 +407,10 @@ else
   [ $rc = 0 ] && ok "rm then SIGHUP: $(echo "$out" | head -1)" || fail "verify after rm + SIGHUP ($rc): $out"
 fi
 $PY "$VERIFY_PY" "$E/audit7.log" >/dev/null 2>&1 || fail "audit_verify.py after rm + SIGHUP"
+out=$("$TPUCTL" audit verify --strict "$E/audit7.log" 2>&1)
+rc=$?
+[ $rc = 3 ] && echo "$out" | grep -q "^INCOMPLETE (--strict): 1 record states" &&
+  ok "rm then SIGHUP: --strict exits 3 (intact, incomplete)" || fail "verify --strict ($rc): $out"
 
 # ---- 8. mv of the log aside (logrotate without copytruncate), then SIGHUP ----
 # The records stay whole across the two files, once each; the new file alone starts

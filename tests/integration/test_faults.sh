@@ -4,14 +4,16 @@
 # starts its own tpud and is a regression test of one fault found by adversarial testing:
 #   1. descriptors run out (prlimit on the running process) while it rescans: nothing is
 #      unloaded, a kept connection is served throughout, a version added meanwhile loads once
-#      descriptors are back;
+#      descriptors are back; memory runs out during a load (RLIMIT_AS): one log line and one
+#      audit record, retried with backoff, loaded once memory is back;
 #   2. directories made unreadable (chmod 000; tpud runs without CAP_DAC_OVERRIDE): a serving
 #      version's, the model's, a new version's: nothing unloads, each is logged once, the new
 #      one loads when it can be read;
 #   3. model directories with a newline or non-ASCII in their names: skipped with one escaped
 #      log line each, /metrics stays valid UTF-8, the others serve;
 #   4. FIFOs as model.json, as the checkpoint and as policy.json: refused at once, ModelLoad
-#      answers, SIGTERM exits;
+#      answers, SIGTERM exits; and as the tokens file or the TLS certificate at a SIGHUP: the
+#      reload is refused, the old ones kept, the main loop never blocks;
 #   5. a checkpoint truncated and rewritten (cp over it) while it loads: no crash (it was
 #      SIGBUS), and it serves the right weights once the copy is whole;
 #   6. a checkpoint rewritten in place just after its hash covered the weights: the weights
@@ -30,14 +32,14 @@ PY=/usr/bin/python3
 [ -x $PY ] || PY=python3
 FAULTS="$PY $SRC/tests/integration/faults.py"
 for b in "$TPUD" "$TPUCTL"; do [ -x "$b" ] || { echo "$b not built"; exit 1; }; done
-for c in prlimit setpriv mkfifo; do command -v $c >/dev/null || { echo "$c missing"; exit 1; }; done
+for c in prlimit setpriv mkfifo openssl curl; do command -v $c >/dev/null || { echo "$c missing"; exit 1; }; done
 $PY -c 'import numpy' || { echo "python3-numpy missing (deploy/deps.sh installs it)"; exit 1; }
 V1=$SRC/models/digits/1
 
 WORK=$(mktemp -d)
 PID=
-KA_PID=
-trap 'exec 8>&- 9<&- 2>/dev/null; kill $KA_PID 2>/dev/null; [ -n "$PID" ] && kill -9 $PID 2>/dev/null;
+KAP=
+trap 'exec 8>&- 9<&- 2>/dev/null; kill ${KAP:-} 2>/dev/null; [ -n "${PID:-}" ] && kill -9 $PID 2>/dev/null;
       chmod -R u+rwx "$WORK" 2>/dev/null; rm -rf "$WORK"' EXIT
 FAIL=0
 fail() { echo "FAIL: $*"; FAIL=1; }
@@ -128,7 +130,7 @@ R=$WORK/r1
 copy_digits "$R/digits/1"
 start "$R" || exit 1
 coproc KA { $FAULTS keepalive "$HPORT"; }
-KA_PID=$KA_PID
+KAP=$KA_PID # bash unsets KA_PID when the coproc ends
 exec 8>&"${KA[1]}" 9<&"${KA[0]}"
 ka() { echo "$*" >&8; local r; read -r -t 15 r <&9; echo "${r:-timeout}"; }
 [ "$(ka infer digits)" = 200 ] || fail "kept connection: infer failed before the test"
@@ -151,9 +153,33 @@ grep -q "model repository .*Too many open files.*serving what is loaded" "$LOG" 
 n=$(grep -c "model 'digits'.*cannot be read (Too many open files)" "$LOG")
 [ "$n" -ge 1 ] && [ "$n" -le 4 ] || fail "unreadable directories logged $n times (expected once per problem)"
 exec 8>&- 9<&-
-kill $KA_PID 2>/dev/null
-wait $KA_PID 2>/dev/null
-KA_PID=
+kill $KAP 2>/dev/null
+wait $KAP 2>/dev/null
+KAP=
+stop
+
+# Memory runs out during a load (RLIMIT_AS on the running tpud, a 96 MiB checkpoint): the load
+# fails for want of memory, not for its files: logged and audited once, retried with backoff,
+# and it loads once memory is back, files unchanged.
+R=$WORK/r1b
+copy_digits "$R/digits/1"
+mkdir -p "$R/wide"
+$FAULTS mkmodel "$R/wide/.1" --inputs 64 --outputs 10 --pad 100663296 || exit 1
+start "$R" --audit-log "$WORK/audit1b.log" || exit 1
+AS=$(awk '/VmSize/ {print $2 * 1024}' /proc/$PID/status)
+AS_HARD=$(prlimit --pid $PID --as --output=HARD --noheadings | tr -d ' ')
+prlimit --pid $PID --as=$((AS + (48 << 20))):"$AS_HARD" || fail "prlimit --as failed"
+mv "$R/wide/.1" "$R/wide/1"
+sleep 4.5 # polls every second: without backoff, four or five failed loads
+n=$(grep -c "model 'wide' version 1: load failed: .*out of memory" "$LOG")
+[ "$n" = 1 ] || fail "a load failing for want of memory was logged $n times in 4.5 s (expected once)"
+grep "model 'wide' version 1: load failed" "$LOG" | head -1 | grep -q "will retry (descriptors or memory ran out)" ||
+  fail "the memory failure is not called transient: $(grep "'wide' version 1: load failed" "$LOG" | head -1)"
+na=$(grep -c '"kind":"load_failed".*"model":"wide"' "$WORK/audit1b.log")
+[ "$na" = 1 ] || fail "$na load_failed audit records for one transient failure"
+[ "$(state digits 1)" = READY ] || fail "digits not ready while memory ran out"
+prlimit --pid $PID --as="$AS_HARD":"$AS_HARD"
+wait_state wide 1 READY 20 # the next retry (backing off: 8 s at most here), same files
 stop
 
 # ---------------------------------------------------------------------------------------------
@@ -231,6 +257,26 @@ grep -q "model 'digits': policy.json: a FIFO, not a regular file; keeping versio
 [ "$(state digits 1)" = READY ] || fail "digits not ready next to the FIFOs"
 stop 5
 
+# The files a SIGHUP reloads (tokens, TLS certificate): a FIFO in their place is refused and the
+# old ones kept; the main loop does not block (SIGTERM still stops it).
+R=$WORK/r4b
+copy_digits "$R/digits/1"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=t \
+  -keyout "$WORK/k.pem" -out "$WORK/c.pem" 2>/dev/null || fail "openssl req"
+echo "token $(printf %s secret | sha256sum | cut -d' ' -f1) admin ops" >"$WORK/tokens"
+start "$R" --tokens "$WORK/tokens" --tls-cert "$WORK/c.pem" --tls-key "$WORK/k.pem" \
+  --http-tls=false || exit 1
+rm "$WORK/tokens" "$WORK/c.pem"
+mkfifo "$WORK/tokens" "$WORK/c.pem"
+kill -HUP $PID
+sleep 1
+grep -q "tokens file $WORK/tokens: a FIFO, not a regular file" "$LOG" || fail "FIFO tokens file not refused"
+grep -q -- "--tls-cert $WORK/c.pem: a FIFO, not a regular file" "$LOG" || fail "FIFO certificate not refused"
+r=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer secret" \
+  "127.0.0.1:$HPORT/v2/models/digits")
+[ "$r" = 200 ] || fail "after the refused reload, the old token: HTTP $r"
+stop 5
+
 # ---------------------------------------------------------------------------------------------
 echo "== 5. a checkpoint truncated and rewritten while it loads (was SIGBUS)"
 R=$WORK/r5
@@ -288,6 +334,8 @@ curl -s "127.0.0.1:$HPORT/metrics" | grep -E '^tpud_model_memory_bytes\{model="d
 curl -s "127.0.0.1:$HPORT/v2/debug/models" | grep -qE '"memory_bytes": ?[1-9]' ||
   fail "/v2/debug/models has no memory_bytes"
 grep -qE "model 'digits' version 1: ready in .*memory [0-9.]+ MiB" "$LOG" || fail "no memory in the ready line"
+ctl models | grep -qE "^digits +1 +READY +[0-9.]+ MiB" || fail "tpuctl models shows no memory: $(ctl models)"
+ctl models --json | grep -qE '"memory_bytes":[1-9]' || fail "tpuctl models --json has no memory_bytes"
 stop
 
 # ---------------------------------------------------------------------------------------------

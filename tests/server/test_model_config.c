@@ -372,27 +372,27 @@ static void test_load_file(void) {
   CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
   snprintf(path, sizeof path, "%s/model.json", dir);
   tpu_model_config_t *cfg;
-  CU_ASSERT_EQUAL(tpu_model_config_load(path, &cfg, err, sizeof err), TPU_EINVAL);
+  CU_ASSERT_EQUAL(tpu_model_config_load(path, &cfg, NULL, err, sizeof err), TPU_EINVAL);
   CU_ASSERT_PTR_NULL(cfg);
   CU_ASSERT_PTR_NOT_NULL(strstr(err, "model.json: cannot open: No such file or directory"));
-  CU_ASSERT_EQUAL(tpu_model_config_load(dir, &cfg, err, sizeof err), TPU_EINVAL);
+  CU_ASSERT_EQUAL(tpu_model_config_load(dir, &cfg, NULL, err, sizeof err), TPU_EINVAL);
   CU_ASSERT_PTR_NOT_NULL(strstr(err, "not a regular file"));
 
   FILE *f = fopen(path, "w");
   fputs(CFG(NULL, NULL, NULL, NULL, NULL, NULL), f);
   fclose(f);
-  CU_ASSERT_EQUAL(tpu_model_config_load(path, &cfg, err, sizeof err), TPU_OK);
+  CU_ASSERT_EQUAL(tpu_model_config_load(path, &cfg, NULL, err, sizeof err), TPU_OK);
   CU_ASSERT_EQUAL(cfg->output_width, 10);
   tpu_model_config_free(cfg);
 
   f = fopen(path, "w");
   fputs(CFG(NULL, NULL, NULL, "\"precision\": \"fp64\"", NULL, NULL), f);
   fclose(f);
-  CU_ASSERT_EQUAL(tpu_model_config_load(path, &cfg, err, sizeof err), TPU_EINVAL);
+  CU_ASSERT_EQUAL(tpu_model_config_load(path, &cfg, NULL, err, sizeof err), TPU_EINVAL);
   /* The path as given prefixes the message. */
   CU_ASSERT_EQUAL(strncmp(err, path, strlen(path)), 0);
   CU_ASSERT_PTR_NOT_NULL(strstr(err, ": precision: expected"));
-  CU_ASSERT_EQUAL(tpu_model_config_load(NULL, &cfg, err, sizeof err), TPU_EINVAL);
+  CU_ASSERT_EQUAL(tpu_model_config_load(NULL, &cfg, NULL, err, sizeof err), TPU_EINVAL);
   CU_ASSERT_EQUAL(tpu_model_config_parse("{}", 2, NULL, NULL, err, sizeof err), TPU_EINVAL);
   nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
@@ -403,7 +403,7 @@ static void test_bundled_configs(void) {
   for (int i = 0; i < 2; i++) {
     char err[512];
     tpu_model_config_t *cfg;
-    tpu_status_t rc = tpu_model_config_load(paths[i], &cfg, err, sizeof err);
+    tpu_status_t rc = tpu_model_config_load(paths[i], &cfg, NULL, err, sizeof err);
     if (rc != TPU_OK) fprintf(stderr, "\n  %s\n", err);
     CU_ASSERT_EQUAL(rc, TPU_OK);
     tpu_model_config_free(cfg);

@@ -425,19 +425,19 @@ static void test_verified(void) {
   sha256_hex_of(b.buf, b.len, hex);
 
   tpu_safetensors_t *st;
-  CU_ASSERT_EQUAL_FATAL(tpu_safetensors_open_verified(path, hex, &st, err, sizeof err), TPU_OK);
+  CU_ASSERT_EQUAL_FATAL(tpu_safetensors_load(path, hex, NULL, &st, err, sizeof err), TPU_OK);
   CU_ASSERT_EQUAL(tpu_safetensors_sha256(st, got), TPU_OK);
   CU_ASSERT_STRING_EQUAL(got, hex);
   tpu_safetensors_close(st);
   for (int i = 0; i < 65; i++) upper[i] = (char)(hex[i] >= 'a' ? hex[i] - 32 : hex[i]);
-  CU_ASSERT_EQUAL(tpu_safetensors_open_verified(path, upper, &st, err, sizeof err), TPU_OK);
+  CU_ASSERT_EQUAL(tpu_safetensors_load(path, upper, NULL, &st, err, sizeof err), TPU_OK);
   tpu_safetensors_close(st);
 
   /* One flipped data byte: refused before parsing, both digests shown. */
   b.buf[b.len - 1] ^= 1;
   sha256_hex_of(b.buf, b.len, got);
   write_file(path, b.buf, b.len);
-  CU_ASSERT_EQUAL(tpu_safetensors_open_verified(path, hex, &st, err, sizeof err), TPU_EINVAL);
+  CU_ASSERT_EQUAL(tpu_safetensors_load(path, hex, NULL, &st, err, sizeof err), TPU_EINVAL);
   CU_ASSERT_PTR_NULL(st);
   CU_ASSERT_PTR_NOT_NULL(strstr(err, "SHA-256 mismatch"));
   CU_ASSERT_PTR_NOT_NULL(strstr(err, hex));
@@ -445,13 +445,13 @@ static void test_verified(void) {
 
   /* A file that is both corrupt and unparsable reports the digest, not the parse error. */
   write_file(path, "junk", 4);
-  CU_ASSERT_EQUAL(tpu_safetensors_open_verified(path, hex, &st, err, sizeof err), TPU_EINVAL);
+  CU_ASSERT_EQUAL(tpu_safetensors_load(path, hex, NULL, &st, err, sizeof err), TPU_EINVAL);
   CU_ASSERT_PTR_NOT_NULL(strstr(err, "SHA-256 mismatch"));
 
-  CU_ASSERT_EQUAL(tpu_safetensors_open_verified(path, "abc", &st, err, sizeof err), TPU_EINVAL);
+  CU_ASSERT_EQUAL(tpu_safetensors_load(path, "abc", NULL, &st, err, sizeof err), TPU_EINVAL);
   CU_ASSERT_PTR_NOT_NULL(strstr(err, "64 hex digits"));
   hex[10] = 'g';
-  CU_ASSERT_EQUAL(tpu_safetensors_open_verified(path, hex, &st, err, sizeof err), TPU_EINVAL);
+  CU_ASSERT_EQUAL(tpu_safetensors_load(path, hex, NULL, &st, err, sizeof err), TPU_EINVAL);
   CU_ASSERT_PTR_NOT_NULL(strstr(err, "64 hex digits"));
   free(b.buf);
   rm_tmpdir(dir);
