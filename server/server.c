@@ -43,19 +43,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "addr.h"
+#include "audit_wire.h"
+#include "auth_wire.h"
 #include "clock.h"
+#include "front.h"
+#include "io.h"
 #include "log.h"
+#include "mmpool.h"
 #include "server_int.h"
 
 /* ---- models: the repository's (repository.c) ---- */
 
 size_t tpu_server_ready_models(const tpu_server_t *srv) {
-  tpu__models_t *t = tpu__models_acquire((tpu_server_t *)srv); /* takes a reference only */
-  size_t n = 0;
-  for (size_t i = 0; i < t->n; i++)
-    n += t->models[i]->state == TPUD__MODEL_STATE__MODEL_STATE_READY;
-  tpu__models_release(t);
-  return n;
+  return tpu__models_ready((tpu_server_t *)srv); /* takes a reference only */
 }
 
 /* ---- listener and signals (main thread) ---- */
@@ -64,18 +65,8 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
                       int salen, void *arg) {
   tpu_server_t *srv = arg;
   srv->accept_backoff_ms = 0; /* accepting again: the next error starts the backoff anew */
-  char peer[64] = "?";
-  if (sa->sa_family == AF_INET) {
-    struct sockaddr_in *s4 = (struct sockaddr_in *)sa;
-    char ip[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof ip);
-    snprintf(peer, sizeof peer, "%s:%u", ip, ntohs(s4->sin_port));
-  } else if (sa->sa_family == AF_INET6) {
-    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)sa;
-    char ip[INET6_ADDRSTRLEN];
-    inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof ip);
-    snprintf(peer, sizeof peer, "[%s]:%u", ip, ntohs(s6->sin6_port));
-  }
+  char peer[64];
+  tpu_addr_format(sa, peer, sizeof peer);
   /* --max-connections bounds both ports together (http.c counts the same sum). */
   if (atomic_load(&srv->draining) ||
       tpu_stats_get(&tpu_stats.connections_open) +
@@ -102,37 +93,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* responses are latency-bound */
   tpu_stats_inc(&tpu_stats.connections_open, 1);
   tpu_stats_inc(&tpu_stats.connections_accepted, 1);
-  tpu__io_hand_off(srv, fd, peer);
-}
-
-/* ---- accept errors (both ports) ---- */
-
-unsigned tpu__accept_failed(int which, int err, unsigned *backoff_ms) {
-  int reason = err == EMFILE    ? TPU_ACCEPT_EMFILE
-               : err == ENFILE  ? TPU_ACCEPT_ENFILE
-               : err == ENOBUFS ? TPU_ACCEPT_ENOBUFS
-               : err == ENOMEM  ? TPU_ACCEPT_ENOMEM
-                                : TPU_ACCEPT_EOTHER;
-  tpu_stats_inc(&tpu_stats.accept_errors[which][reason], 1);
-  unsigned ms = *backoff_ms ? *backoff_ms : 100;
-  *backoff_ms = ms * 2 > 1000 ? 1000 : ms * 2;
-  /* One line a second for the whole process (both ports, every I/O thread). */
-  static _Atomic uint64_t last_us, suppressed;
-  uint64_t now = tpu_now_us(), last = atomic_load(&last_us);
-  if (now - last < 1000000 || !atomic_compare_exchange_strong(&last_us, &last, now)) {
-    atomic_fetch_add(&suppressed, 1);
-    return ms;
-  }
-  uint64_t more = atomic_exchange(&suppressed, 0);
-  char extra[160] = "";
-  if (more)
-    snprintf(extra, sizeof extra, "; %llu more accept errors since the last such line",
-             (unsigned long long)more);
-  tpu_log_warn("%s accept: %s (%s): not accepting for %u ms%s (tpud_accept_errors_total; "
-               "out of descriptors: raise the limit, ulimit -n, or lower --max-connections)",
-               which == TPU_ACCEPT_HTTP ? "http" : "native", strerror(err),
-               tpu_accept_reason_name(reason), ms, extra);
-  return ms;
+  tpu__framed_hand_off(srv, fd, peer);
 }
 
 static void on_accept_retry(evutil_socket_t fd, short what, void *arg) {
@@ -182,7 +143,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
   tpu__repo_cancel_loads(srv->repo); /* a load in progress is abandoned, not waited for */
   if (srv->listener) evconnlistener_disable(srv->listener);
   if (srv->accept_timer) evtimer_del(srv->accept_timer);
-  tpu__io_drain(srv);
+  tpu__io_drain(srv->io, srv->nio);
   srv->drain_deadline_us = tpu_now_us() + (uint64_t)srv->cfg.drain_timeout_s * 1000000u;
   tpu_log_info("signal %d: draining: stopped accepting; %llu requests in flight (timeout %u s)",
                (int)sig, (unsigned long long)atomic_load(&srv->inflight),
@@ -196,28 +157,14 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
 static int bind_listener(tpu_server_t *srv, char *err, size_t errlen) {
   char spec[300];
   struct sockaddr_storage ss;
-  int sslen;
-  memset(&ss, 0, sizeof ss);
-  struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-  struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-  if (inet_pton(AF_INET, srv->cfg.listen, &s4->sin_addr) == 1) {
-    s4->sin_family = AF_INET;
-    s4->sin_port = htons((uint16_t)srv->cfg.port);
-    sslen = sizeof *s4;
-    snprintf(spec, sizeof spec, "%s:%u", srv->cfg.listen, srv->cfg.port);
-  } else if (inet_pton(AF_INET6, srv->cfg.listen, &s6->sin6_addr) == 1) {
-    s6->sin6_family = AF_INET6;
-    s6->sin6_port = htons((uint16_t)srv->cfg.port);
-    sslen = sizeof *s6;
-    snprintf(spec, sizeof spec, "[%s]:%u", srv->cfg.listen, srv->cfg.port);
-  } else {
-    snprintf(err, errlen, "--listen %s: not a numeric IPv4 or IPv6 address", srv->cfg.listen);
+  socklen_t sslen;
+  if (tpu_addr_parse(srv->cfg.listen, srv->cfg.port, &ss, &sslen, spec, sizeof spec, err,
+                     errlen) != 0)
     return -1;
-  }
   srv->listener = evconnlistener_new_bind(srv->base, on_accept, srv,
                                           LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
                                               LEV_OPT_CLOSE_ON_EXEC,
-                                          1024, (struct sockaddr *)&ss, sslen);
+                                          1024, (struct sockaddr *)&ss, (int)sslen);
   if (!srv->listener) {
     snprintf(err, errlen, "cannot listen on %s: %s", spec, strerror(errno));
     return -1;
@@ -228,11 +175,7 @@ static int bind_listener(tpu_server_t *srv, char *err, size_t errlen) {
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  struct sockaddr_storage bound;
-  socklen_t blen = sizeof bound;
-  getsockname(evconnlistener_get_fd(srv->listener), (struct sockaddr *)&bound, &blen);
-  srv->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                                                : ((struct sockaddr_in *)&bound)->sin_port);
+  srv->port = tpu_addr_bound_port(evconnlistener_get_fd(srv->listener));
   return 0;
 }
 
@@ -323,6 +266,17 @@ static int fit_buffered(tpu_server_t *srv, char *err, size_t errlen) {
 
 /* ---- lifecycle ---- */
 
+/* The I/O threads, each serving the native port and (when bound) the HTTP port. */
+static int start_io(tpu_server_t *srv) {
+  srv->nio = srv->cfg.io_threads;
+  if (!(srv->io = tpu__io_create(srv, srv->nio))) return -1;
+  for (unsigned i = 0; i < srv->nio; i++) {
+    if (tpu__framed_attach(&srv->io[i]) != 0) return -1;
+    if (srv->http_fd >= 0 && tpu__http_attach(&srv->io[i]) != 0) return -1;
+  }
+  return tpu__io_run(srv->io, srv->nio);
+}
+
 /* SIGTERM/SIGINT while the models load at start-up, before the event loop owns the signals:
  * abandon the loads (their next check sees the flag) and stop once the loop runs. Only atomic
  * stores: async-signal-safe. */
@@ -399,14 +353,14 @@ int tpu_server_create(const tpu_config_t *cfg, tpu_engine_t *engine, tpu_server_
   sigaction(SIGINT, &old_int, NULL);
   atomic_store(&starting, NULL);
   if (repo_rc != 0) goto out;
-  if (tpu__mmpool_create(srv, cfg->threads, &srv->pool) != 0) {
+  if (tpu__mmpool_create(engine, cfg->threads, &srv->pool) != 0) {
     snprintf(err, errlen, "cannot start %u compute threads", cfg->threads);
     goto out;
   }
   if (tpu__http_bind(srv, err, errlen) != 0) goto out;
   /* Before the I/O threads start: they read srv->port (/v2/debug/config), which this sets. */
   if (bind_listener(srv, err, errlen) != 0) goto out;
-  if (tpu__io_start(srv) != 0) {
+  if (start_io(srv) != 0) {
     snprintf(err, errlen, "cannot start %u I/O threads", cfg->io_threads);
     goto out;
   }
@@ -479,7 +433,7 @@ int tpu_server_run(tpu_server_t *srv) {
   snprintf(what, sizeof what, "stopping: %llu requests were in flight at the drain deadline",
            (unsigned long long)left);
   tpu__audit_stop(srv, what, flush_ms < 1000 ? 1000 : (unsigned)flush_ms);
-  tpu__io_stop(srv);
+  tpu__io_stop(srv->io, srv->nio);
   tpu_server_log_stats(srv);
   tpu_log_info("tpud stopped");
   return 0;
@@ -491,7 +445,8 @@ void tpu_server_free(tpu_server_t *srv) {
   srv->listener = NULL;
   stop_compute(srv, 1);
   tpu__audit_stop(srv, "stopping: start-up failed", 1000); /* no-op after tpu_server_run */
-  tpu__io_free(srv);
+  tpu__io_free(srv->io, srv->nio);
+  srv->io = NULL;
   if (srv->http_fd >= 0) close(srv->http_fd); /* the I/O threads closed their dups */
   tpu__repo_free(srv->repo); /* after the I/O threads: their calls released their models */
   tpu__auth_free(srv);       /* after the I/O threads: their SSLs hold their own contexts */

@@ -5,13 +5,12 @@
  *
  * DESIGN
  * Who computes what (audit.h WIRING):
- *   - compute side (batcher threads, MatMul pool threads, the repository thread) finishes a call
- *     with tpu__call_finish: it hashes the call's input and output tensors here (SHA-256 of the
- *     bytes the engine read and wrote: FP32 rows for ModelInfer, A then B and C for MatMul) and
- *     submits the record with the call as the callback argument. The writer thread runs
- *     on_written once the record is written (after fdatasync with --audit-fsync always), and
- *     that hands the call to its I/O thread exactly as tpu__call_complete always did. So a
- *     response never leaves before its record is written.
+ *   - compute side (batcher threads, MatMul pool threads, the repository thread): the dispatch
+ *     layer (dispatch/) fills a record for the finished call (its method's digests) and hands it
+ *     here with a continuation, tpu__audit_record. The writer thread runs the continuation once
+ *     the record is written (after fdatasync with --audit-fsync always), and that hands the
+ *     call to its I/O thread. So a response never leaves before its record is written. This
+ *     file knows records, never calls or connections.
  *   - I/O threads only check admission (an atomic load) and submit records of requests they
  *     answer themselves (bad frames, validation errors, refusals): no digests, no hashing.
  *   - the main thread and the repository thread submit lifecycle and admin events.
@@ -34,6 +33,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "audit_wire.h"
 #include "server_int.h"
 
 tpu_audit_t *tpu__audit_enter(tpu_server_t *srv) {
@@ -150,78 +150,22 @@ void tpu__audit_reject(tpu_server_t *srv, const char *client, const char *reques
   tpu__audit_leave(srv);
 }
 
-/* ---- completions (writer thread) ---- */
+/* ---- records with a continuation ---- */
 
-static void fail_unwritten(tpu__call_t *call) {
-  call->code = TPU_CODE_UNAVAILABLE;
-  snprintf(call->msg_text, sizeof call->msg_text, "%s; the result is withheld",
-           TPU__AUDIT_UNAVAILABLE);
-}
-
-/* Runs on the writer thread: quick, no audit calls; hands the call to its I/O thread. */
+/* Runs on the writer thread: quick, no audit calls. */
 static void on_written(void *arg, uint64_t seq, int status) {
-  tpu__call_t *call = arg;
-  if (status == TPU_AUDIT_LOST && !call->io->srv->cfg.audit_fail_open) fail_unwritten(call);
-  tpu__call_complete(call);
+  tpu__audit_cont_t *k = arg;
+  k->done(k, status == TPU_AUDIT_LOST && !k->fail_open);
 }
 
-void tpu__call_finish(tpu__call_t *call) {
-  tpu_server_t *srv = call->io->srv;
+void tpu__audit_record(tpu_server_t *srv, const tpu_audit_record_t *rec, tpu__audit_cont_t *k) {
+  k->fail_open = srv->cfg.audit_fail_open;
   tpu_audit_t *a = tpu__audit_enter(srv);
   if (!a) {
-    tpu__call_complete(call);
+    k->done(k, 0);
     return;
   }
-  char in_hex[65] = "", out_hex[65] = "", version[24] = "", what[160] = "";
-  tpu_audit_record_t rec = {.client = call->client, .status = tpu_audit_grpc_name(call->code),
-                            .message = call->code != TPU_CODE_OK ? call->msg_text : NULL,
-                            .input_sha256 = in_hex, .output_sha256 = out_hex};
-  if (call->op) { /* ModelLoad / ModelUnload (repository thread) */
-    tpu__repo_op_t *op = call->op;
-    rec.model = op->name;
-    if (op->version) snprintf(version, sizeof version, "%llu", (unsigned long long)op->version);
-    if (call->code == TPU_CODE_OK) {
-      int n = snprintf(what, sizeof what, "%s:", op->load ? "load" : "unload");
-      for (size_t i = 0; i < op->nversions && n > 0 && (size_t)n < sizeof what; i++)
-        n += snprintf(what + n, sizeof what - (size_t)n, " %s", op->versions[i]);
-      if (op->nversions == 0) snprintf(what, sizeof what, "%s: no versions", op->load ? "load" : "unload");
-      rec.message = what;
-    }
-  } else if (call->infer && call->model) { /* ModelInfer (batcher thread) */
-    tpu__model_t *m = call->model;
-    rec.request_id = call->infer->id;
-    rec.model = m->name;
-    rec.version = m->version_str;
-    if (call->rows) {
-      tpu_audit_sha256_hex(call->breq.in, call->rows * (size_t)m->in_shape[1] * sizeof(float),
-                           in_hex);
-      if (call->code == TPU_CODE_OK)
-        tpu_audit_sha256_hex(call->out, call->rows * (size_t)m->out_shape[1] * sizeof(float),
-                             out_hex);
-    }
-    rec.queue_us = call->breq.queue_us;
-    rec.compute_us = call->breq.compute_us;
-    rec.batch_id = call->breq.batch_id;
-    rec.bucket = call->breq.bucket;
-  } else if (call->mm) { /* MatMul (pool thread) */
-    tpu_audit_sha256_t d;
-    if (call->mm->a && call->mm->b && tpu_audit_sha256_init(&d) == 0) {
-      tpu_audit_sha256_update(&d, call->mm->a->data.data, call->mm->a->data.len);
-      tpu_audit_sha256_update(&d, call->mm->b->data.data, call->mm->b->data.len);
-      tpu_audit_sha256_final(&d, in_hex);
-    }
-    if (call->code == TPU_CODE_OK && call->c) tpu_audit_sha256_hex(call->c, call->m * call->n * 4, out_hex);
-    rec.compute_us = call->compute_us;
-    if (call->code == TPU_CODE_OK) {
-      snprintf(what, sizeof what, "matmul %zux%zux%zu", call->m, call->k, call->n);
-      rec.message = what;
-    }
-  }
-  if (!rec.version) rec.version = version;
-  int rc = tpu_audit_submit(a, &rec, on_written, call);
+  int rc = tpu_audit_submit(a, rec, on_written, k);
   tpu__audit_leave(srv);
-  if (rc != 0) { /* refused (queue full or closing): done will not run */
-    if (!srv->cfg.audit_fail_open) fail_unwritten(call);
-    tpu__call_complete(call);
-  }
+  if (rc != 0) k->done(k, !k->fail_open); /* refused (queue full or closing): no callback */
 }

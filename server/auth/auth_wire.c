@@ -16,6 +16,8 @@
 #include <string.h>
 
 #include "log.h"
+#include "audit_wire.h"
+#include "auth_wire.h"
 #include "server_int.h"
 
 struct tpu__auth {

@@ -70,7 +70,12 @@ static void do_pop_head(tpu_batcher_t *b) {
   if (!b->head) b->tail = NULL;
 }
 
-static void finish(tpu_batcher_t *b, tpu_batch_req_t *r) { b->cfg.done(r, b->cfg.done_ctx); }
+static void finish(tpu_batcher_t *b, tpu_batch_req_t *r) {
+  if (r->done)
+    r->done(r, r->done_ctx);
+  else
+    b->cfg.done(r, b->cfg.done_ctx);
+}
 
 static void fail_req(tpu_batch_req_t *r, int code, const char *fmt, const char *name) {
   r->code = code;
@@ -221,7 +226,7 @@ static void *batcher_main(void *arg) {
 
 int tpu_batcher_create(const tpu_batcher_config_t *cfg, tpu_batcher_t **out) {
   *out = NULL;
-  if (!cfg || !cfg->run || !cfg->done || cfg->max_batch_size == 0 || cfg->queue_rows == 0 ||
+  if (!cfg || !cfg->run || cfg->max_batch_size == 0 || cfg->queue_rows == 0 ||
       cfg->in_row_bytes == 0 || cfg->out_row_bytes == 0 || cfg->nbuckets > 64) {
     errno = EINVAL;
     return -1;

@@ -52,6 +52,8 @@ struct tpu_batch_req {
   uint64_t deadline_us;  /* tpu_now_us() value after which it must not start; 0 = none */
   atomic_int *cancel;    /* non-zero: the client is gone, do not compute; may be NULL */
   void *user;            /* the submitter's */
+  tpu_batch_done_fn done; /* its completion; NULL: the batcher's (config) */
+  void *done_ctx;
   /* Set by the batcher before done. */
   int code;              /* tpu_code_t: OK, CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE, INTERNAL */
   char msg[512];         /* why, when code is not OK */
@@ -74,7 +76,7 @@ typedef struct {
   size_t in_row_bytes, out_row_bytes;
   tpu_batch_run_fn run;
   void *run_ctx;
-  tpu_batch_done_fn done;
+  tpu_batch_done_fn done;      /* for requests that name none (may be NULL when all do) */
   void *done_ctx;
   tpu_model_stats_t *stats;    /* may be NULL */
 } tpu_batcher_config_t;

@@ -1,5 +1,5 @@
 /*
- * compute.c - the MatMul pool: model-free products on compute threads.
+ * mmpool.c - the MatMul pool: model-free products on compute threads.
  *
  * DESIGN
  * A fixed set of threads takes calls FIFO from one queue (mutex + condition variable: these
@@ -18,12 +18,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mmpool.h"
+
+#include <pthread.h>
+
 #include "clock.h"
 #include "log.h"
-#include "server_int.h"
+#include "stats.h"
+#include "validate.h"
 
 struct tpu__mmpool {
-  tpu_server_t *srv;
+  tpu_engine_t *engine;
   pthread_t *threads;
   unsigned nthreads;
   pthread_mutex_t mu;
@@ -35,46 +40,46 @@ struct tpu__mmpool {
 /* An FP32 result (FP32 and BF16 operands) that overflowed is refused, as an infer result is
  * (handlers.c): the operands are finite (validate.c), so the products or their sums left FP32's
  * range. INT8 gives INT32, always finite. */
-static void refuse_nonfinite(tpu__call_t *call) {
-  if (call->dtype == TPU_DTYPE_INT8) return; /* INT32 accumulators: always finite */
-  if (tpu_validate_result(call->c, call->m, call->n, "matmul: result",
+static void refuse_nonfinite(tpu__mm_job_t *job) {
+  if (job->dtype == TPU_DTYPE_INT8) return; /* INT32 accumulators: always finite */
+  if (tpu_validate_result(job->c, job->m, job->n, "matmul: result",
                           "the product overflows FP32, so there is no result (expected operands "
                           "whose products and sums stay below 3.4e38)",
-                          call->msg_text, sizeof call->msg_text) != 0)
-    call->code = TPU_CODE_INVALID_ARGUMENT;
+                          job->msg, sizeof job->msg) != 0)
+    job->code = TPU_CODE_INVALID_ARGUMENT;
 }
 
-static void run_matmul(tpu__mmpool_t *p, tpu__call_t *call, int aborting) {
+static void run_matmul(tpu__mmpool_t *p, tpu__mm_job_t *job, int aborting) {
   uint64_t now = tpu_now_us();
   if (aborting) {
-    call->code = TPU_CODE_UNAVAILABLE;
-    snprintf(call->msg_text, sizeof call->msg_text, "matmul: server is shutting down");
-  } else if (atomic_load(&call->cancel)) {
-    call->code = TPU_CODE_CANCELLED;
-    snprintf(call->msg_text, sizeof call->msg_text, "matmul: client disconnected");
-  } else if (call->deadline_us && now >= call->deadline_us) {
-    call->code = TPU_CODE_DEADLINE_EXCEEDED;
-    snprintf(call->msg_text, sizeof call->msg_text,
+    job->code = TPU_CODE_UNAVAILABLE;
+    snprintf(job->msg, sizeof job->msg, "matmul: server is shutting down");
+  } else if (job->cancel && atomic_load(job->cancel)) {
+    job->code = TPU_CODE_CANCELLED;
+    snprintf(job->msg, sizeof job->msg, "matmul: client disconnected");
+  } else if (job->deadline_us && now >= job->deadline_us) {
+    job->code = TPU_CODE_DEADLINE_EXCEEDED;
+    snprintf(job->msg, sizeof job->msg,
              "matmul: deadline expired while queued; not computed");
-  } else if (!(call->c = malloc(call->m * call->n * 4))) {
-    call->code = TPU_CODE_RESOURCE_EXHAUSTED;
-    snprintf(call->msg_text, sizeof call->msg_text, "matmul: out of memory for the result");
+  } else if (!(job->c = malloc(job->m * job->n * 4))) {
+    job->code = TPU_CODE_RESOURCE_EXHAUSTED;
+    snprintf(job->msg, sizeof job->msg, "matmul: out of memory for the result");
   } else {
-    tpu_status_t st = tpu_matmul(p->srv->engine, (tpu_dtype_t)call->dtype, call->m, call->k,
-                                 call->n, call->mm->a->data.data, call->mm->b->data.data, call->c);
-    call->compute_us = tpu_now_us() - now;
+    tpu_status_t st = tpu_matmul(p->engine, (tpu_dtype_t)job->dtype, job->m, job->k,
+                                 job->n, job->a, job->b, job->c);
+    job->compute_us = tpu_now_us() - now;
     tpu_stats_inc(&tpu_stats.matmuls, 1);
     tpu_hist_observe(&tpu_stats.matmul_us, tpu_hist_us_bounds, TPU_HIST_US_NBOUNDS,
-                     call->compute_us);
+                     job->compute_us);
     if (st != TPU_OK) {
-      call->code = st == TPU_ENOMEM ? TPU_CODE_RESOURCE_EXHAUSTED : TPU_CODE_INVALID_ARGUMENT;
-      snprintf(call->msg_text, sizeof call->msg_text, "matmul: engine: %s", tpu_strerror(st));
+      job->code = st == TPU_ENOMEM ? TPU_CODE_RESOURCE_EXHAUSTED : TPU_CODE_INVALID_ARGUMENT;
+      snprintf(job->msg, sizeof job->msg, "matmul: engine: %s", tpu_strerror(st));
     } else {
-      call->code = TPU_CODE_OK;
-      refuse_nonfinite(call);
+      job->code = TPU_CODE_OK;
+      refuse_nonfinite(job);
     }
   }
-  tpu__call_finish(call); /* digests and the audit record here, on this pool thread */
+  job->done(job); /* the caller's continuation (its audit record, then its I/O thread) */
 }
 
 static void *pool_main(void *arg) {
@@ -88,17 +93,17 @@ static void *pool_main(void *arg) {
     if (!p->head) p->tail = NULL;
     int aborting = p->aborting;
     pthread_mutex_unlock(&p->mu);
-    run_matmul(p, tpu_container_of(n, tpu__call_t, job_link), aborting);
+    run_matmul(p, tpu_container_of(n, tpu__mm_job_t, link), aborting);
     pthread_mutex_lock(&p->mu);
   }
   pthread_mutex_unlock(&p->mu);
   return NULL;
 }
 
-int tpu__mmpool_create(tpu_server_t *srv, unsigned threads, tpu__mmpool_t **out) {
+int tpu__mmpool_create(tpu_engine_t *engine, unsigned threads, tpu__mmpool_t **out) {
   tpu__mmpool_t *p = calloc(1, sizeof *p);
   if (!p) return -1;
-  p->srv = srv;
+  p->engine = engine;
   p->threads = calloc(threads, sizeof *p->threads);
   if (!p->threads) goto fail;
   if (pthread_mutex_init(&p->mu, NULL) != 0) goto fail;
@@ -121,18 +126,18 @@ fail:
   return -1;
 }
 
-int tpu__mmpool_submit(tpu__mmpool_t *p, tpu__call_t *call) {
-  call->job_link.next = NULL;
+int tpu__mmpool_submit(tpu__mmpool_t *p, tpu__mm_job_t *job) {
+  job->link.next = NULL;
   pthread_mutex_lock(&p->mu);
   if (p->stopping) {
     pthread_mutex_unlock(&p->mu);
     return -1;
   }
   if (p->tail)
-    p->tail->next = &call->job_link;
+    p->tail->next = &job->link;
   else
-    p->head = &call->job_link;
-  p->tail = &call->job_link;
+    p->head = &job->link;
+  p->tail = &job->link;
   pthread_cond_signal(&p->cv);
   pthread_mutex_unlock(&p->mu);
   return 0;

@@ -6,11 +6,12 @@
  * A connection on the native port speaks either tpud's framed protocol or HTTP/2; io.c decides
  * from its first bytes (the HTTP/2 preface starts with 'P', a frame with flag 0 or 1) or from
  * ALPN "h2" under TLS, and then hands an HTTP/2 connection's bytes to this file. Everything
- * above the wire is shared with the framed protocol: each gRPC call becomes a request envelope
- * (id = the stream id, method from :path, timeout from grpc-timeout, "authorization" metadata,
- * the message as payload) served by tpu__handle_request (handlers.c), so access control,
+ * above the wire is shared with every protocol: each gRPC call becomes a request of the
+ * dispatch layer (dispatch/call.h: id = the stream id, method from :path, timeout from
+ * grpc-timeout, "authorization" metadata, the message as payload), so access control,
  * validation, batching, audit and counting are the very same code. Answers come back through
- * tpu__conn_send, which for an HTTP/2 connection lands here (tpu__grpc_send) and becomes
+ * the connection's origin (framed.c), which for an HTTP/2 connection lands here (tpu__grpc_send)
+ * and becomes
  * HEADERS, DATA (the 5-byte prefix and the message) and trailers (grpc-status, grpc-message),
  * or one trailers-only HEADERS frame for an error.
  *
@@ -51,6 +52,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "framed.h"
 #include "server_int.h"
 #include "tpu_grpc.h"
 
@@ -98,6 +100,7 @@ typedef struct h2_stream {
 struct tpu__h2 {
   nghttp2_session *session;
   tpu__conn_t *conn;
+  const tpu__grpc_host_t *host; /* the connection's owner (framed.c) */
   int in_recv;           /* inside nghttp2_session_mem_recv: submit, don't send */
   int settings_acked;
   size_t body_bytes;     /* request bytes buffered over all streams */
@@ -115,7 +118,7 @@ struct tpu__h2 {
 
 /* ---- helpers ---- */
 
-static tpu_server_t *srv_of(tpu__h2_t *h) { return h->conn->io->srv; }
+static tpu_server_t *srv_of(tpu__h2_t *h) { return h->conn->origin.srv; }
 
 static void stream_free(tpu__h2_t *h, h2_stream_t *s) {
   if (s->prev)
@@ -159,15 +162,14 @@ static void respond_error(tpu__h2_t *h, h2_stream_t *s, int code, const char *ms
                   (unsigned long long)h->conn->serial, s->id, nghttp2_strerror(rv));
 }
 
-/* Refusals decided here (not by handlers.c) are counted and audited like theirs. */
+/* Refusals decided here, before dispatch: counted, audited and answered by the dispatch layer
+ * like its own (the answer comes back through tpu__grpc_send). */
 static void refuse(tpu__h2_t *h, h2_stream_t *s, int code, const char *msg) {
   tpu__conn_t *conn = h->conn;
-  tpu__count(NULL, code);
-  tpu__audit_reject(srv_of(h), conn->who[0] ? conn->who : conn->peer, NULL, NULL, NULL, code,
-                    msg);
   tpu_log_debug("connection %llu stream %d: %s: %s", (unsigned long long)conn->serial, s->id,
                 tpu_code_name(code), msg);
-  respond_error(h, s, code, msg);
+  tpu__request_t r = {.method = s->method, .id = (uint64_t)s->id, .peer = tpu__conn_peer(conn)};
+  tpu__dispatch_refuse(&conn->origin, &r, code, msg);
 }
 
 static void refuse_later(h2_stream_t *s, int code, const char *fmt, const char *arg) {
@@ -248,24 +250,14 @@ static void dispatch(tpu__h2_t *h, h2_stream_t *s) {
     refuse(h, s, TPU_CODE_RESOURCE_EXHAUSTED, msg);
     return;
   }
-  Tpud__RequestEnvelope env = TPUD__REQUEST_ENVELOPE__INIT;
-  Tpud__RequestEnvelope__MetadataEntry authz[2] = {TPUD__REQUEST_ENVELOPE__METADATA_ENTRY__INIT,
-                                                   TPUD__REQUEST_ENVELOPE__METADATA_ENTRY__INIT};
-  Tpud__RequestEnvelope__MetadataEntry *md[2] = {&authz[0], &authz[1]};
-  env.id = (uint64_t)s->id;
-  env.method = (Tpud__Method)s->method;
-  env.timeout_us = s->has_timeout ? s->timeout_us : 0;
-  /* Every "authorization" header as it came (two stand for any more): handlers.c refuses more
-   * than one, the same rule as for a framed envelope and HTTP. */
-  for (size_t i = 0; i < 2 && i < s->n_authz; i++) {
-    authz[i].key = "authorization";
-    authz[i].value = s->authz[i];
-  }
-  env.n_metadata = s->n_authz < 2 ? s->n_authz : 2;
-  env.metadata = md;
-  env.payload.data = s->body + TPU_FRAME_HEADER_SIZE;
-  env.payload.len = mlen;
-  tpu__handle_request(conn, &env, tpu_now_us());
+  /* Every "authorization" header counts (dispatch refuses more than one, the same rule as for
+   * a framed envelope and HTTP). */
+  tpu__request_t r = {.method = s->method, .id = (uint64_t)s->id, .received_us = tpu_now_us(),
+                      .timeout_us = s->has_timeout ? s->timeout_us : 0,
+                      .peer = tpu__conn_peer(conn), .authz = s->authz[0],
+                      .authz_len = s->authz[0] ? strlen(s->authz[0]) : 0, .n_authz = s->n_authz,
+                      .payload = s->body + TPU_FRAME_HEADER_SIZE, .payload_len = mlen};
+  tpu__dispatch(&conn->origin, &r);
   /* The payload was unpacked (copied); the body can go. s may be answered (and closed) by now
    * only after the receive returns, so s is still valid here. */
   drop_body(h, s);
@@ -440,7 +432,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
   case NGHTTP2_SETTINGS:
     if ((frame->hd.flags & NGHTTP2_FLAG_ACK) && !h->settings_acked) {
       h->settings_acked = 1;
-      tpu__conn_settled(h->conn);
+      h->host->settled(h->conn);
     }
     return 0;
   case NGHTTP2_HEADERS:
@@ -532,13 +524,14 @@ static int on_error(nghttp2_session *session, int lib_error_code, const char *ms
 
 /* ---- the interface to io.c and handlers.c ---- */
 
-int tpu__grpc_open(tpu__conn_t *conn) {
-  const tpu_config_t *cfg = &conn->io->srv->cfg;
+int tpu__grpc_open(tpu__conn_t *conn, const tpu__grpc_host_t *host) {
+  const tpu_config_t *cfg = &conn->origin.srv->cfg;
   tpu__h2_t *h = calloc(1, sizeof *h);
   nghttp2_session_callbacks *cb = NULL;
   nghttp2_option *opt = NULL;
   if (!h || nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0) goto fail;
   h->conn = conn;
+  h->host = host;
   h->reset_tokens = H2_RESET_BURST;
   h->reset_at_us = tpu_now_us();
   nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
@@ -627,7 +620,7 @@ void tpu__grpc_send(tpu__conn_t *conn, const tpu_envelope_response_t *resp) {
   } else {
     size_t len = resp->payload_msg ? protobuf_c_message_get_packed_size(resp->payload_msg)
                                    : resp->payload_len;
-    const tpu_config_t *cfg = &conn->io->srv->cfg;
+    const tpu_config_t *cfg = &conn->origin.srv->cfg;
     char msg[160];
     if (len > cfg->max_message_bytes) {
       snprintf(msg, sizeof msg, "response of %zu bytes exceeds max-message-bytes (%" PRIu64 ")",
@@ -655,7 +648,7 @@ void tpu__grpc_send(tpu__conn_t *conn, const tpu_envelope_response_t *resp) {
                       (unsigned long long)conn->serial, id, nghttp2_strerror(rv));
     }
   }
-  if (!h->in_recv) tpu__conn_flush(conn);
+  if (!h->in_recv) h->host->flush(conn);
 }
 
 void tpu__grpc_goaway(tpu__conn_t *conn, const char *why) {

@@ -76,10 +76,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "addr.h"
+#include "call.h"
 #include "clock.h"
+#include "front.h"
 #include "http_parser.h"
+#include "io.h"
 #include "log.h"
 #include "metrics.h"
+#include "pages.h"
+#include "route.h"
 #include "server_int.h"
 #include "sock.h"
 #include "tpu_oip_json.h"
@@ -97,11 +103,13 @@ struct tpu__http_slot {
   int head_only;         /* a HEAD request: headers only */
   int close;             /* close the connection after this answer */
   int minor;             /* HTTP/1.minor of the request */
+  int had_authz;         /* the request carried an Authorization header (401's header) */
 };
 
 /* One client connection (I/O thread only). */
 struct hconn {
   tpu__sock_t sock;      /* socket, input and output (sock.h); first, for conn_of */
+  tpu__origin_t origin;  /* what dispatch sees (call.h): its answers come back as JSON */
   struct tpu__http_io *h;
   hslot_t *head, *tail;  /* answers owed, oldest first */
   size_t nslots;
@@ -111,12 +119,11 @@ struct hconn {
   int paused;            /* reading stopped for back-pressure */
   int continue_sent;     /* "100 Continue" sent for the request at ioff */
   int eof;               /* the client finished sending: close after the answers */
-  int closed;            /* socket gone; freed when ncalls reaches 0 */
-  char who[TPU_AUTH_IDENTITY_MAX]; /* the current request's identity (auth.h) */
 };
 
-/* Per I/O thread. */
+/* Per I/O thread: the HTTP port's service (net/io.h). */
 struct tpu__http_io {
+  tpu__service_t svc;
   tpu__io_t *io;
   int lfd;                 /* this thread's dup of the listening socket; -1 */
   struct event *accept_ev;
@@ -194,10 +201,10 @@ static void conn_free(hconn_t *c) {
 
 /* Closes the socket; the connection is freed now or when its last call comes back. */
 static void conn_close(hconn_t *c, const char *why) {
-  if (c->closed) return;
+  if (c->origin.closed) return;
   struct tpu__http_io *h = c->h;
   tpu_log_debug("http connection from %s closed: %s", c->sock.peer, why);
-  c->closed = 1;
+  c->origin.closed = 1;
   tpu__sock_close(&c->sock);
   tpu_stats_dec(&tpu_stats.http_connections_open);
   /* Answers not yet sent go; slots of calls in flight stay until their completion. */
@@ -341,34 +348,7 @@ static void send_error(hslot_t *req, int status, const char *msg, uint64_t recei
   reply_error_hdr(req, status, msg, NULL, received_us);
 }
 
-/* HTTP status of a gRPC code (and its message, to tell "too large" from "overloaded"). */
-static int http_status_of(int code, const char *msg) {
-  switch (code) {
-  case TPU_CODE_OK: return 200;
-  case TPU_CODE_INVALID_ARGUMENT:
-  case TPU_CODE_OUT_OF_RANGE:
-  case TPU_CODE_FAILED_PRECONDITION: return 400;
-  case TPU_CODE_NOT_FOUND: return 404;
-  case TPU_CODE_RESOURCE_EXHAUSTED:
-    return strstr(msg, "queue full") || strncmp(msg, TPU__BUSY, strlen(TPU__BUSY)) == 0 ? 503
-                                                                                       : 413;
-  case TPU_CODE_UNAVAILABLE:
-  case TPU_CODE_CANCELLED: return 503;
-  case TPU_CODE_DEADLINE_EXCEEDED: return 504;
-  case TPU_CODE_UNIMPLEMENTED: return 501;
-  default: return 500;
-  }
-}
-
-/* ---- cheap endpoints ---- */
-
-static const char *state_name(int state) {
-  switch (state) {
-  case TPUD__MODEL_STATE__MODEL_STATE_READY: return "READY";
-  case TPUD__MODEL_STATE__MODEL_STATE_FAILED: return "FAILED";
-  default: return "UNAVAILABLE";
-  }
-}
+/* ---- the origin: dispatch's answers as OIP REST JSON ---- */
 
 static json_t *shape_json(const int64_t *shape, size_t rank) {
   json_t *a = json_array();
@@ -376,200 +356,132 @@ static json_t *shape_json(const int64_t *shape, size_t rank) {
   return a;
 }
 
-static json_t *tensor_meta(const tpu_tensor_spec_t *t) {
-  return json_pack("{s:s,s:s,s:o}", "name", t->name, "datatype", t->datatype, "shape",
-                   shape_json(t->shape, t->rank));
+static json_t *strings_json(char **v, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < n; i++) json_array_append_new(a, json_string(v[i]));
+  return a;
 }
 
-/* Whether a failed lookup means "no such model or version" (404) rather than "not ready". */
-static int lookup_is_absent(tpu_server_t *srv, const char *name, const char *version,
-                            const char *msg) {
-  (void)msg;
-  return tpu__model_absent(srv, name, version);
+static json_t *tensors_json(Inference__ModelMetadataResponse__TensorMetadata **t, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < n; i++)
+    json_array_append_new(a, json_pack("{s:s,s:s,s:o}", "name", t[i]->name, "datatype",
+                                       t[i]->datatype, "shape",
+                                       shape_json(t[i]->shape, t[i]->n_shape)));
+  return a;
 }
 
-/* Looks the model up for a GET; on failure answers 404 (unknown) or 503 (no ready version).
- * Returns a reference (tpu__model_release it). */
-static tpu__model_t *find_or_reply(tpu_server_t *srv, hslot_t *req,
-                                   const char *name, const char *version, uint64_t t0) {
-  char msg[256];
-  tpu__model_t *m = tpu__server_find_model(srv, name, version, msg, sizeof msg);
-  if (!m) send_error(req, lookup_is_absent(srv, name, version, msg) ? 404 : 503, msg, t0);
-  return m;
+/* The JSON body of an OK answer, and its status (an OK "not ready" answer is 503 with the
+ * note as its error). NULL: out of memory. */
+static json_t *answer_json(const tpu__call_t *call, const char *note,
+                           const ProtobufCMessage *p, int *status) {
+  *status = 200;
+  json_t *j = NULL;
+  switch (call->method->method) {
+  case TPUD__METHOD__SERVER_LIVE:
+    j = json_pack("{s:b}", "live", ((const Inference__ServerLiveResponse *)p)->live);
+    break;
+  case TPUD__METHOD__SERVER_READY: {
+    int ready = ((const Inference__ServerReadyResponse *)p)->ready;
+    j = json_pack("{s:b}", "ready", ready);
+    if (!ready) *status = 503;
+    break;
+  }
+  case TPUD__METHOD__MODEL_READY: {
+    const Inference__ModelReadyRequest *q = (const Inference__ModelReadyRequest *)call->request;
+    int ready = ((const Inference__ModelReadyResponse *)p)->ready;
+    j = json_pack("{s:s,s:b}", "name", q->name, "ready", ready);
+    if (!ready) *status = 503;
+    break;
+  }
+  case TPUD__METHOD__SERVER_METADATA: {
+    const Inference__ServerMetadataResponse *r = (const Inference__ServerMetadataResponse *)p;
+    j = json_pack("{s:s,s:s,s:o}", "name", r->name, "version", r->version, "extensions",
+                  strings_json(r->extensions, r->n_extensions));
+    break;
+  }
+  case TPUD__METHOD__MODEL_METADATA: {
+    const Inference__ModelMetadataResponse *r = (const Inference__ModelMetadataResponse *)p;
+    j = json_pack("{s:s,s:o,s:s,s:o,s:o}", "name", r->name, "versions",
+                  strings_json(r->versions, r->n_versions), "platform", r->platform, "inputs",
+                  tensors_json(r->inputs, r->n_inputs), "outputs",
+                  tensors_json(r->outputs, r->n_outputs));
+    break;
+  }
+  case TPUD__METHOD__REPOSITORY_INDEX: {
+    const Tpud__RepositoryIndexResponse *r = (const Tpud__RepositoryIndexResponse *)p;
+    j = json_array();
+    for (size_t i = 0; j && i < r->n_models; i++) {
+      const Tpud__RepositoryIndexResponse__ModelIndex *m = r->models[i];
+      json_t *o = json_pack("{s:s,s:s,s:s}", "name", m->name, "version", m->version, "state",
+                            tpu__state_name(m->state));
+      if (m->reason && m->reason[0]) json_object_set_new(o, "reason", json_string(m->reason));
+      json_array_append_new(j, o);
+    }
+    break;
+  }
+  default:
+    break;
+  }
+  if (j && *status != 200 && note) json_object_set_new(j, "error", json_string(note));
+  return j;
 }
 
-static void do_model_metadata(tpu_server_t *srv, hslot_t *req, const char *name,
-                              const char *version, uint64_t t0) {
-  tpu__model_t *m = find_or_reply(srv, req, name, version, t0);
-  if (!m) return;
-  json_t *versions = json_array();
-  tpu__models_t *t = tpu__models_acquire(srv);
-  for (size_t i = 0; i < t->n; i++)
-    if (strcmp(t->models[i]->name, m->name) == 0 &&
-        t->models[i]->state == TPUD__MODEL_STATE__MODEL_STATE_READY)
-      json_array_append_new(versions, json_string(t->models[i]->version_str));
-  tpu__models_release(t);
-  send_json(req, 200,
-            json_pack("{s:s,s:o,s:s,s:[o],s:[o]}", "name", m->name, "versions", versions,
-                      "platform", "tpud", "inputs", tensor_meta(&m->in_spec), "outputs",
-                      tensor_meta(&m->out_spec)),
-            t0);
-  tpu__model_release(m);
-}
-
-static void do_model_ready(tpu_server_t *srv, hslot_t *req, const char *name,
-                           const char *version, uint64_t t0) {
-  char msg[256];
-  tpu__model_t *m = tpu__server_find_model(srv, name, version, msg, sizeof msg);
-  if (!m && lookup_is_absent(srv, name, version, msg)) {
-    send_error(req, 404, msg, t0);
+static void origin_respond(tpu__call_t *call, int code, const char *msg,
+                           const ProtobufCMessage *payload) {
+  hslot_t *s = call->slot;
+  s->call = NULL; /* answered: the slot may be released once its bytes are out */
+  if (code != TPU_CODE_OK) {
+    if (code == TPU_CODE_UNAUTHENTICATED)
+      reply_error_hdr(s, 401, msg,
+                      s->had_authz
+                          ? "WWW-Authenticate: Bearer realm=\"tpud\", error=\"invalid_token\"\r\n"
+                          : "WWW-Authenticate: Bearer realm=\"tpud\"\r\n",
+                      call->received_us);
+    else
+      send_error(s, tpu_code_http(code), msg, call->received_us);
     return;
   }
-  int ready = m && !atomic_load(&srv->draining);
-  json_t *body = json_pack("{s:s,s:b}", "name", name, "ready", ready);
-  if (!ready) json_object_set_new(body, "error", json_string(m ? "server is shutting down" : msg));
-  tpu__model_release(m);
-  send_json(req, ready ? 200 : 503, body, t0);
-}
-
-static void do_repository_index(tpu_server_t *srv, hslot_t *req, uint64_t t0) {
-  json_t *a = json_array();
-  tpu__models_t *t = tpu__models_acquire(srv);
-  for (size_t i = 0; i < t->n; i++) {
-    tpu__model_t *m = t->models[i];
-    json_t *o = json_pack("{s:s,s:s,s:s}", "name", m->name, "version", m->version_str, "state",
-                          state_name(m->state));
-    if (m->reason[0]) json_object_set_new(o, "reason", json_string(m->reason));
-    json_array_append_new(a, o);
-  }
-  tpu__models_release(t);
-  send_json(req, 200, a, t0);
-}
-
-static void do_metrics(tpu_server_t *srv, hslot_t *req, uint64_t t0) {
-  tpu_mbuf_t b = {0};
-  tpu__metrics_render(srv, &b);
-  if (b.oom) {
-    tpu_mbuf_free(&b);
-    send_error(req, 500, "out of memory", t0);
+  if (call->method->method == TPUD__METHOD__MODEL_INFER) {
+    char *text = NULL, err[256];
+    if (tpu_oip_json_infer_response_format((const Inference__ModelInferResponse *)payload, &text,
+                                           err, sizeof err) != TPU_OIP_JSON_OK) {
+      send_error(s, 500, err, call->received_us);
+      return;
+    }
+    send_owned(s, 200, text, strlen(text), NULL, call->received_us);
     return;
   }
-  send_owned(req, 200, b.p, b.len, "text/plain; version=0.0.4; charset=utf-8", t0);
+  int status;
+  json_t *j = answer_json(call, msg, payload, &status);
+  send_json(s, status, j, call->received_us);
 }
 
-/* ---- debug pages ---- */
+static void origin_track(tpu__call_t *call) {
+  hslot_t *s = call->slot;
+  s->call = call;
+  s->conn->ncalls++;
+}
 
-static json_t *hist_json(const tpu_hist_t *h, const uint64_t *bounds, size_t nbounds) {
-  json_t *o = json_object();
-  json_t *buckets = json_array();
-  for (size_t i = 0; i <= nbounds; i++) {
-    uint64_t c = atomic_load_explicit((_Atomic uint64_t *)&h->count[i], memory_order_relaxed);
-    if (!c) continue;
-    json_t *e = i < nbounds ? json_pack("{s:I,s:I}", "le", (json_int_t)bounds[i], "count",
-                                        (json_int_t)c)
-                            : json_pack("{s:s,s:I}", "le", "+Inf", "count", (json_int_t)c);
-    json_array_append_new(buckets, e);
+/* After origin_respond (which let go of the slot) or, when the connection closed meanwhile,
+ * instead of it: then the slot, kept for the call, goes now. */
+static void origin_untrack(tpu__call_t *call) {
+  hconn_t *c = tpu_container_of(call->origin, hconn_t, origin);
+  c->ncalls--;
+  if (c->origin.closed) {
+    hslot_t *s = call->slot;
+    s->call = NULL;
+    slot_release(c->h, s);
+    if (c->ncalls == 0) conn_free(c);
+    return;
   }
-  uint64_t n = atomic_load_explicit((_Atomic uint64_t *)&h->n, memory_order_relaxed);
-  uint64_t sum = atomic_load_explicit((_Atomic uint64_t *)&h->sum, memory_order_relaxed);
-  json_object_set_new(o, "count", json_integer((json_int_t)n));
-  json_object_set_new(o, "mean", json_real(n ? (double)sum / (double)n : 0.0));
-  json_object_set_new(o, "buckets", buckets);
-  return o;
+  tpu__sock_flush_later(&c->sock);
 }
 
-static void do_debug_config(tpu_server_t *srv, hslot_t *req, uint64_t t0) {
-  json_t *cfg = tpu_config_to_json(&srv->cfg);
-  if (cfg) {
-    json_object_set_new(cfg, "bound_port", json_integer(srv->port));
-    json_object_set_new(cfg, "bound_http_port", json_integer(srv->http_port));
-  }
-  send_json(req, 200, cfg, t0);
-}
+static const tpu__origin_ops_t origin_ops = {
+    .respond = origin_respond, .track = origin_track, .untrack = origin_untrack};
 
-static void do_debug_models(tpu_server_t *srv, hslot_t *req, uint64_t t0) {
-  json_t *a = json_array();
-  tpu__models_t *t = tpu__models_acquire(srv);
-  for (size_t i = 0; i < t->n; i++) {
-    tpu__model_t *m = t->models[i];
-    json_t *o = json_pack("{s:s,s:s,s:s}", "name", m->name, "version", m->version_str, "state",
-                          state_name(m->state));
-    if (m->state != TPUD__MODEL_STATE__MODEL_STATE_READY || !m->model) {
-      json_object_set_new(o, "reason", json_string(m->reason));
-      json_array_append_new(a, o);
-      continue;
-    }
-    size_t nb;
-    const size_t *buckets = tpu_model_buckets(m->model, &nb);
-    json_t *bj = json_array();
-    for (size_t k = 0; k < nb; k++) json_array_append_new(bj, json_integer((json_int_t)buckets[k]));
-    json_object_set_new(o, "precision",
-                        json_string(tpu_model_precision_name(tpu_model_precision(m->model))));
-    json_object_set_new(o, "memory_bytes", json_integer((json_int_t)m->memory_bytes));
-    json_object_set_new(o, "input", tensor_meta(&m->in_spec));
-    json_object_set_new(o, "output", tensor_meta(&m->out_spec));
-    json_object_set_new(o, "batching",
-                        json_pack("{s:I,s:o,s:I}", "max_batch_size",
-                                  (json_int_t)tpu_model_max_batch_size(m->model), "buckets", bj,
-                                  "max_queue_delay_us",
-                                  (json_int_t)tpu_model_max_queue_delay_us(m->model)));
-    const tpu_model_stats_t *s = &m->stats;
-    json_t *req_by = json_object();
-    for (int c = 0; c < TPU_CODE_COUNT; c++) {
-      uint64_t v = atomic_load_explicit((_Atomic uint64_t *)&s->requests[c], memory_order_relaxed);
-      if (v) json_object_set_new(req_by, tpu_code_name(c), json_integer((json_int_t)v));
-    }
-    uint64_t batches = tpu_stats_get((_Atomic uint64_t *)&s->batches);
-    uint64_t rows = tpu_stats_get((_Atomic uint64_t *)&s->rows_computed);
-    uint64_t slots = tpu_stats_get((_Atomic uint64_t *)&s->sim_slots);
-    uint64_t macs = tpu_stats_get((_Atomic uint64_t *)&s->macs);
-    json_t *st = json_object();
-    json_object_set_new(st, "requests", req_by);
-    json_object_set_new(st, "batches", json_integer((json_int_t)batches));
-    json_object_set_new(st, "rows", json_integer((json_int_t)rows));
-    json_object_set_new(st, "padding_rows",
-                        json_integer((json_int_t)tpu_stats_get((_Atomic uint64_t *)&s->padding_rows)));
-    json_object_set_new(st, "mean_batch_rows",
-                        json_real(batches ? (double)rows / (double)batches : 0.0));
-    json_object_set_new(st, "queue_rows",
-                        json_integer((json_int_t)tpu_batcher_queued_rows(m->batcher)));
-    json_object_set_new(st, "batch_rows",
-                        hist_json(&s->batch_rows, tpu_hist_rows_bounds, TPU_HIST_ROWS_NBOUNDS));
-    json_object_set_new(st, "queue_us",
-                        hist_json(&s->queue_us, tpu_hist_us_bounds, TPU_HIST_US_NBOUNDS));
-    json_object_set_new(st, "compute_us",
-                        hist_json(&s->compute_us, tpu_hist_us_bounds, TPU_HIST_US_NBOUNDS));
-    json_object_set_new(st, "request_us",
-                        hist_json(&s->request_us, tpu_hist_us_bounds, TPU_HIST_US_NBOUNDS));
-    json_object_set_new(st, "macs", json_integer((json_int_t)macs));
-    json_object_set_new(st, "systolic_cycles",
-                        json_integer((json_int_t)tpu_stats_get((_Atomic uint64_t *)&s->sim_cycles)));
-    json_object_set_new(st, "systolic_utilization",
-                        json_real(slots ? (double)macs / (double)slots : 0.0));
-    json_object_set_new(o, "stats", st);
-    json_array_append_new(a, o);
-  }
-  tpu__models_release(t);
-  send_json(req, 200, a, t0);
-}
-
-static void do_debug_engine(tpu_server_t *srv, hslot_t *req, uint64_t t0) {
-  tpu_engine_stats_t es;
-  memset(&es, 0, sizeof es);
-  tpu_engine_stats(srv->engine, &es);
-  send_json(req, 200,
-            json_pack("{s:s,s:I,s:{s:I,s:I},s:I,s:I,s:I,s:f,s:I,s:I}", "isa",
-                      es.isa ? es.isa : "unknown", "threads", (json_int_t)es.threads, "systolic",
-                      "rows", (json_int_t)es.systolic_rows, "cols", (json_int_t)es.systolic_cols,
-                      "calls", (json_int_t)es.calls, "macs", (json_int_t)es.macs,
-                      "systolic_cycles", (json_int_t)es.sim_cycles, "systolic_utilization",
-                      tpu_engine_stats_utilization(&es), "io_threads",
-                      (json_int_t)srv->cfg.io_threads, "matmul_threads",
-                      (json_int_t)srv->cfg.threads),
-            t0);
-}
-
-/* ---- infer ---- */
+/* ---- requests: OIP REST JSON onto the OIP messages ---- */
 
 /* Little-endian element `i` of a raw tensor of `dt` as a double; `dt` one of the convertible. */
 typedef struct {
@@ -637,153 +549,75 @@ static int convert_inputs(Inference__ModelInferRequest *q, char *msg, size_t msg
   return 0;
 }
 
-static void send_infer_error(hslot_t *req, tpu__model_t *m, int code,
-                             const char *msg, uint64_t t0) {
-  tpu__count(m, code);
-  send_error(req, http_status_of(code, msg), msg, t0);
-}
-
-/* Formats and sends the JSON answer of a computed (or empty) infer call. */
-static void send_infer_ok(hslot_t *req, tpu__call_t *call) {
-  tpu__model_t *m = call->model;
-  Inference__ModelInferRequest *q = call->infer;
-  int64_t shape[2] = {(int64_t)call->rows, m->out_shape[1]};
-  Inference__ModelInferResponse__InferOutputTensor t =
-      INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__INIT;
-  t.name = (char *)m->out_spec.name;
-  t.datatype = "FP32";
-  t.n_shape = 2;
-  t.shape = shape;
-  Inference__ModelInferResponse__InferOutputTensor *outs[] = {&t};
-  ProtobufCBinaryData raw = {.len = call->rows * (size_t)m->out_shape[1] * sizeof(float),
-                             .data = (uint8_t *)call->out};
-  Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
-  r.model_name = m->name;
-  r.model_version = m->version_str;
-  r.id = q->id ? q->id : "";
-  r.n_outputs = 1;
-  r.outputs = outs;
-  r.n_raw_output_contents = 1;
-  r.raw_output_contents = &raw;
-  char *text = NULL, err[256];
-  if (tpu_oip_json_infer_response_format(&r, &text, err, sizeof err) != TPU_OIP_JSON_OK) {
-    send_infer_error(req, m, TPU_CODE_INTERNAL, err, call->received_us);
-    return;
-  }
-  tpu__count(m, TPU_CODE_OK);
-  tpu__observe_request(call);
-  send_owned(req, 200, text, strlen(text), NULL, call->received_us);
-}
-
-static void do_infer(tpu__io_t *io, hslot_t *req, const char *name, const char *version,
-                     const char *body, size_t len, uint64_t t0) {
-  tpu_server_t *srv = io->srv;
-  if (!tpu__audit_admit(srv)) { /* fail-closed: the audit log cannot be written */
-    tpu__audit_reject(srv, req->conn->who, NULL, name, version, TPU_CODE_UNAVAILABLE,
-                      TPU__AUDIT_UNAVAILABLE);
-    send_infer_error(req, NULL, TPU_CODE_UNAVAILABLE, TPU__AUDIT_UNAVAILABLE, t0);
-    return;
-  }
-  if (!len) body = "";
+/* POST .../infer: the body through proto/tpu_oip_json (the JSON dialect tpuctl sends over the
+ * native protocol too), numeric datatypes converted to the model's FP32. */
+static int decode_infer(const tpu__request_t *r, ProtobufCMessage **out, char *msg,
+                        size_t msglen) {
+  const hslot_t *s = r->slot;
   char err[512];
   tpu_oip_json_limits_t lim = {.max_depth = TPU_OIP_JSON_DEFAULT_MAX_DEPTH,
-                               .max_bytes = srv->cfg.http_max_body_bytes};
+                               .max_bytes = s->conn->origin.srv->cfg.http_max_body_bytes};
   Inference__ModelInferRequest *q = NULL;
-  tpu_oip_json_status_t jst =
-      tpu_oip_json_infer_request_parse(body, len, name, version, &lim, &q, err, sizeof err);
+  tpu_oip_json_status_t jst = tpu_oip_json_infer_request_parse(
+      r->body_len ? r->body : "", r->body_len, r->model, r->version, &lim, &q, err, sizeof err);
   if (jst != TPU_OIP_JSON_OK) {
-    char msg[640];
-    snprintf(msg, sizeof msg, "%s: %s", tpu_oip_json_strerror(jst), err);
-    tpu__audit_reject(srv, req->conn->who, NULL, name, version,
-                      jst == TPU_OIP_JSON_NOMEM ? TPU_CODE_RESOURCE_EXHAUSTED
-                                                : TPU_CODE_INVALID_ARGUMENT, msg);
-    tpu__model_t *m = tpu__server_find_model(srv, name, version, err, sizeof err);
-    tpu__count(m, jst == TPU_OIP_JSON_NOMEM ? TPU_CODE_RESOURCE_EXHAUSTED
-                                            : TPU_CODE_INVALID_ARGUMENT);
-    tpu__model_release(m);
-    send_error(req, jst == TPU_OIP_JSON_TOO_LARGE ? 413 : jst == TPU_OIP_JSON_NOMEM ? 500 : 400,
-               msg, t0);
-    return;
+    snprintf(msg, msglen, "%s: %s", tpu_oip_json_strerror(jst), err);
+    return jst == TPU_OIP_JSON_TOO_LARGE ? TPU_CODE_RESOURCE_EXHAUSTED
+           : jst == TPU_OIP_JSON_NOMEM   ? TPU_CODE_INTERNAL
+                                         : TPU_CODE_INVALID_ARGUMENT;
   }
-  int crc = convert_inputs(q, err, sizeof err);
-  if (crc == -2) {
-    tpu__audit_reject(srv, req->conn->who, q->id, name, version, TPU_CODE_INVALID_ARGUMENT, err);
-    protobuf_c_message_free_unpacked(&q->base, NULL);
-    char nf[256];
-    tpu__model_t *m = tpu__server_find_model(srv, name, version, nf, sizeof nf);
-    send_infer_error(req, m, TPU_CODE_INVALID_ARGUMENT, err, t0);
-    tpu__model_release(m);
-    return;
-  }
+  int crc = convert_inputs(q, msg, msglen);
   if (crc != 0) {
     protobuf_c_message_free_unpacked(&q->base, NULL);
-    send_infer_error(req, NULL, TPU_CODE_RESOURCE_EXHAUSTED, "out of memory", t0);
-    return;
+    if (crc == -1) snprintf(msg, msglen, "out of memory");
+    return crc == -2 ? TPU_CODE_INVALID_ARGUMENT : TPU_CODE_RESOURCE_EXHAUSTED;
   }
-  tpu__call_t *call;
-  tpu__model_t *m;
-  int code = tpu__infer_submit(io, req->conn->who, q, 1, t0, 0, &call, &m, err, sizeof err);
-  if (code != TPU_CODE_OK) {
-    send_infer_error(req, m, code, err, t0);
-    tpu__model_release(m);
-    return;
-  }
-  if (call->rows == 0) {
-    send_infer_ok(req, call);
-    tpu__call_free(call);
-    return;
-  }
-  call->http = req;
-  req->call = call;
-  req->conn->ncalls++;
-  atomic_fetch_add(&srv->inflight, 1); /* io.c subtracts it when the DONE message is handled */
+  *out = &q->base;
+  return TPU_CODE_OK;
 }
 
+/* A new, empty message of the method's request type (freed by protobuf-c's free_unpacked). */
+static ProtobufCMessage *new_request(int method) {
+  const tpu_method_info_t *info = tpu_envelope_method_info(method);
+  ProtobufCMessage *m = info ? malloc(info->request->sizeof_message) : NULL;
+  if (m) protobuf_c_message_init(info->request, m);
+  return m;
+}
+
+/* The GETs: a request message from the path (model name and version), no body. */
+static int decode_path(const tpu__request_t *r, ProtobufCMessage **out, char *msg,
+                       size_t msglen) {
+  ProtobufCMessage *m = new_request(r->method);
+  char *name = NULL, *version = NULL;
+  if (!m || (r->model && !(name = strdup(r->model))) ||
+      !(version = strdup(r->version ? r->version : ""))) {
+    free(name);
+    free(version);
+    if (m) protobuf_c_message_free_unpacked(m, NULL);
+    snprintf(msg, msglen, "out of memory");
+    return TPU_CODE_RESOURCE_EXHAUSTED;
+  }
+  if (r->method == TPUD__METHOD__MODEL_METADATA) {
+    ((Inference__ModelMetadataRequest *)m)->name = name;
+    ((Inference__ModelMetadataRequest *)m)->version = version;
+  } else if (r->method == TPUD__METHOD__MODEL_READY) {
+    ((Inference__ModelReadyRequest *)m)->name = name;
+    ((Inference__ModelReadyRequest *)m)->version = version;
+  } else {
+    free(name);
+    free(version);
+  }
+  *out = m;
+  return TPU_CODE_OK;
+}
 
 /* ---- routing ---- */
-
-/* Splits the path into at most `max` segments (in place, percent-decoded). Returns the count,
- * -1 for too many segments or an empty one, -2 for a segment that is not UTF-8 or decodes to a
- * NUL byte (names are C strings: "digits%00evil" must not be read as "digits"). */
-static int split_path(char *path, char **seg, int max) {
-  int n = 0;
-  char *p = path;
-  if (*p == '/') p++;
-  if (!*p) return 0;
-  for (;;) {
-    if (n == max) return -1;
-    char *slash = strchr(p, '/');
-    if (slash) *slash = 0;
-    if (!*p) return -1;
-    if (strchr(p, '%')) {
-      size_t dlen = 0;
-      char *dec = evhttp_uridecode(p, 0, &dlen);
-      if (!dec) return -1;
-      int nul = strlen(dec) != dlen;
-      if (!nul && dlen <= strlen(p)) strcpy(p, dec);
-      free(dec);
-      if (nul) return -2;
-    }
-    if (!tpu_utf8_valid((const uint8_t *)p, strlen(p))) return -2;
-    seg[n++] = p;
-    if (!slash) break;
-    p = slash + 1;
-    if (!*p) break; /* a trailing slash is allowed */
-  }
-  return n;
-}
-
-static void method_not_allowed(hslot_t *req, const char *allow, uint64_t t0) {
-  char msg[128], hdr[64];
-  snprintf(msg, sizeof msg, "method not allowed here; use %s", allow);
-  snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
-  reply_error_hdr(req, 405, msg, hdr, t0);
-}
 
 /* Serves one complete request (its body is body[0..blen)) on slot `req`. */
 static void route(tpu__io_t *io, hslot_t *req, const tpu_http_request_t *hr, const char *body,
                   size_t blen, uint64_t t0) {
   tpu_server_t *srv = io->srv;
+  hconn_t *c = req->conn;
   char uri[1040];
   size_t ulen = hr->target_len < 1024 ? hr->target_len : 1024;
   memcpy(uri, hr->target, ulen);
@@ -797,183 +631,74 @@ static void route(tpu__io_t *io, hslot_t *req, const tpu_http_request_t *hr, con
   memcpy(path, uri, plen);
   path[plen] = 0;
   char *seg[8];
-  int n = split_path(path, seg, 8);
+  int n = tpu__http_split_path(path, seg, 8);
   if (n == -2) {
     send_error(req, 400, "the path holds bytes that are not UTF-8, or a percent-encoded NUL "
                "byte: model names and versions are UTF-8 text", t0);
     return;
   }
-  int get = hr->method == TPU_HTTP_GET || hr->method == TPU_HTTP_HEAD;
-  int post = hr->method == TPU_HTTP_POST;
   if (hr->method == TPU_HTTP_OTHER) {
     send_error(req, 501, "method not implemented; use GET, HEAD or POST", t0);
     return;
   }
-  {
-    /* Access control: what the path needs, then who asks (auth.h). */
-    tpu_need_t need = TPU_NEED_INFER;
-    int infer_path = n >= 4 && strcmp(seg[n - 1], "infer") == 0;
-    if (n == 1 && strcmp(seg[0], "metrics") == 0)
-      need = srv->cfg.auth_open_metrics ? TPU_NEED_OPEN : TPU_NEED_INFER;
-    else if (n == 3 && strcmp(seg[0], "v2") == 0 && strcmp(seg[1], "health") == 0)
-      need = srv->cfg.auth_open_health ? TPU_NEED_OPEN : TPU_NEED_INFER;
-    else if (n >= 2 && strcmp(seg[0], "v2") == 0 && strcmp(seg[1], "debug") == 0)
-      need = TPU_NEED_ADMIN;
-    hconn_t *c = req->conn;
-    tpu_auth_peer_t peer = {.peer = c->sock.peer,
-                            .cert_cn = c->sock.cert_cn[0] ? c->sock.cert_cn : NULL,
-                            .cert_subject = c->sock.cert_subject};
-    char amsg[256];
-    int acode = tpu__auth_check(srv, &peer, hr->authorization, hr->authorization_len,
-                                hr->authorization_count, need, c->who, sizeof c->who, amsg,
-                                sizeof amsg);
-    if (acode != TPU_CODE_OK) {
-      if (infer_path) {
-        tpu__audit_reject(srv, c->who, NULL, seg[2], n >= 6 ? seg[4] : NULL, acode, amsg);
-        tpu__count(NULL, acode);
-      }
-      if (acode == TPU_CODE_UNAUTHENTICATED)
-        reply_error_hdr(req, 401, amsg,
-                        hr->authorization
-                            ? "WWW-Authenticate: Bearer realm=\"tpud\", error=\"invalid_token\"\r\n"
-                            : "WWW-Authenticate: Bearer realm=\"tpud\"\r\n",
-                        t0);
-      else
-        send_error(req, acode == TPU_CODE_INVALID_ARGUMENT ? 400 : 403, amsg, t0);
+  tpu__endpoint_t e = tpu__http_match(seg, n < 0 ? 0 : n);
+  req->had_authz = hr->authorization != NULL;
+  tpu__request_t r = {.method = e.method, .slot = req, .received_us = t0,
+                      .peer = {.peer = c->sock.peer,
+                               .cert_cn = c->sock.cert_cn[0] ? c->sock.cert_cn : NULL,
+                               .cert_subject = c->sock.cert_subject},
+                      .authz = hr->authorization, .authz_len = hr->authorization_len,
+                      .n_authz = hr->authorization_count, .model = e.model,
+                      .version = e.version, .body = body, .body_len = blen};
+  if (e.kind == TPU__EP_METHOD && tpu__http_allowed(e.allow, hr->method)) {
+    r.decode = e.method == TPUD__METHOD__MODEL_INFER ? decode_infer : decode_path;
+    tpu__dispatch(&c->origin, &r); /* access control, audit, counting: the one path */
+    return;
+  }
+  /* A page, a method not allowed or no endpoint: who asks is decided first, as for a method. */
+  char msg[1200];
+  int code = tpu__dispatch_authorize(&c->origin, &r, tpu__http_path_need(srv->cfg.auth_open_metrics,
+                                                         srv->cfg.auth_open_health, seg,
+                                                         n < 0 ? 0 : n),
+                                     msg, sizeof msg);
+  if (code != TPU_CODE_OK) {
+    tpu__call_t tmp = {.slot = req, .received_us = t0};
+    origin_respond(&tmp, code, msg, NULL);
+    return;
+  }
+  if (e.kind == TPU__EP_NONE) {
+    snprintf(msg, sizeof msg,
+             "no endpoint %.1000s (see /v2, /v2/health/{live,ready}, /v2/models/{m}"
+             "[/versions/{v}][/ready|/infer], /metrics, /v2/debug/{config,models,engine})",
+             uri);
+    send_error(req, 404, msg, t0);
+    return;
+  }
+  if (!tpu__http_allowed(e.allow, hr->method)) {
+    char hdr[64];
+    snprintf(msg, sizeof msg, "method not allowed here; use %s", e.allow);
+    snprintf(hdr, sizeof hdr, "Allow: %s\r\n", e.allow);
+    reply_error_hdr(req, 405, msg, hdr, t0);
+    return;
+  }
+  if (e.kind == TPU__EP_METRICS) {
+    tpu_mbuf_t b = {0};
+    tpu__metrics_render(srv, &b);
+    if (b.oom) {
+      tpu_mbuf_free(&b);
+      send_error(req, 500, "out of memory", t0);
       return;
     }
-  }
-
-  if (n >= 1 && strcmp(seg[0], "metrics") == 0 && n == 1) {
-    if (!get) {
-    method_not_allowed(req, "GET", t0);
+    send_owned(req, 200, b.p, b.len, "text/plain; version=0.0.4; charset=utf-8", t0);
     return;
   }
-    {
-    do_metrics(srv, req, t0);
-    return;
-  }
-  }
-  if (n < 1 || strcmp(seg[0], "v2") != 0) goto not_found;
-  if (n == 1) {
-    if (!get) {
-    method_not_allowed(req, "GET", t0);
-    return;
-  }
-    {
-    send_json(req, 200,
-                     json_pack("{s:s,s:s,s:[s,s,s]}", "name", TPUD_SERVER_NAME, "version",
-                               TPUD_SERVER_VERSION, "extensions", "tpud_matmul",
-                               "tpud_repository_index", "tpud_debug"),
-                     t0);
-    return;
-  }
-  }
-  if (strcmp(seg[1], "health") == 0 && n == 3) {
-    if (!get) {
-    method_not_allowed(req, "GET", t0);
-    return;
-  }
-    if (strcmp(seg[2], "live") == 0) {
-    send_json(req, 200, json_pack("{s:b}", "live", 1), t0);
-    return;
-  }
-    if (strcmp(seg[2], "ready") == 0) {
-      int ready = !atomic_load(&srv->draining) && tpu_server_ready_models(srv) > 0;
-      json_t *b = json_pack("{s:b}", "ready", ready);
-      if (!ready)
-        json_object_set_new(b, "error", json_string(atomic_load(&srv->draining)
-                                                        ? "server is shutting down"
-                                                        : "no model is ready"));
-      {
-    send_json(req, ready ? 200 : 503, b, t0);
-    return;
-  }
-    }
-    goto not_found;
-  }
-  if (strcmp(seg[1], "repository") == 0 && n == 3 && strcmp(seg[2], "index") == 0) {
-    if (!get && !post) {
-    method_not_allowed(req, "GET, POST", t0);
-    return;
-  }
-    {
-    do_repository_index(srv, req, t0);
-    return;
-  }
-  }
-  if (strcmp(seg[1], "debug") == 0 && n == 3) {
-    if (!get) {
-    method_not_allowed(req, "GET", t0);
-    return;
-  }
-    if (strcmp(seg[2], "config") == 0) {
-    do_debug_config(srv, req, t0);
-    return;
-  }
-    if (strcmp(seg[2], "models") == 0) {
-    do_debug_models(srv, req, t0);
-    return;
-  }
-    if (strcmp(seg[2], "engine") == 0) {
-    do_debug_engine(srv, req, t0);
-    return;
-  }
-    goto not_found;
-  }
-  if (strcmp(seg[1], "models") == 0 && n >= 3) {
-    /* /v2/models/{m}[/versions/{v}][/ready|/infer] */
-    const char *name = seg[2], *version = NULL;
-    int i = 3;
-    if (n >= 5 && strcmp(seg[3], "versions") == 0) {
-      version = seg[4];
-      i = 5;
-    }
-    if (i == n) {
-      if (!get) {
-    method_not_allowed(req, "GET", t0);
-    return;
-  }
-      {
-    do_model_metadata(srv, req, name, version, t0);
-    return;
-  }
-    }
-    if (i + 1 == n && strcmp(seg[i], "ready") == 0) {
-      if (!get) {
-    method_not_allowed(req, "GET", t0);
-    return;
-  }
-      {
-    do_model_ready(srv, req, name, version, t0);
-    return;
-  }
-    }
-    if (i + 1 == n && strcmp(seg[i], "infer") == 0) {
-      if (!post) {
-    method_not_allowed(req, "POST", t0);
-    return;
-  }
-      {
-    do_infer(io, req, name, version, body, blen, t0);
-    return;
-  }
-    }
-  }
-not_found:;
-  char msg[1200];
-  snprintf(msg, sizeof msg,
-           "no endpoint %.1000s (see /v2, /v2/health/{live,ready}, /v2/models/{m}[/versions/{v}]"
-           "[/ready|/infer], /metrics, /v2/debug/{config,models,engine})",
-           uri);
-  send_error(req, 404, msg, t0);
+  json_t *page = e.kind == TPU__EP_DEBUG_CONFIG   ? tpu__page_debug_config(srv)
+                 : e.kind == TPU__EP_DEBUG_MODELS ? tpu__page_debug_models(srv)
+                                             : tpu__page_debug_engine(srv);
+  send_json(req, 200, page, t0);
 }
 
-
 /* ---- the connection I/O (sock.h does the socket, TLS, timeouts and lingering close) ---- */
-
-static void route(tpu__io_t *io, hslot_t *req, const tpu_http_request_t *hr, const char *body,
-                  size_t blen, uint64_t t0);
 
 static int over_limits(hconn_t *c) {
   const tpu_config_t *cfg = &c->h->io->srv->cfg;
@@ -986,7 +711,7 @@ static int over_limits(hconn_t *c) {
 static int conn_process(hconn_t *c) {
   tpu__io_t *io = c->h->io;
   tpu__sock_t *k = &c->sock;
-  while (!c->no_more && !c->closed) {
+  while (!c->no_more && !c->origin.closed) {
     if (over_limits(c)) {
       if (!c->paused) {
         c->paused = 1;
@@ -1050,7 +775,7 @@ static int conn_process(hconn_t *c) {
 
 /* Writes what is ready (one writev); then closes, lingers or resumes reading as due. */
 static void conn_flush(hconn_t *c) {
-  if (c->closed) return;
+  if (c->origin.closed) return;
   if (tpu__sock_write(&c->sock) != 0) {
     conn_abort(c, strerror(errno));
     return;
@@ -1070,7 +795,7 @@ static void conn_flush(hconn_t *c) {
     c->paused = 0;
     tpu__sock_resume(&c->sock);
     if (conn_process(c) != 0) return;
-    if (!c->closed && tpu__sock_unsent(&c->sock)) conn_flush(c);
+    if (!c->origin.closed && tpu__sock_unsent(&c->sock)) conn_flush(c);
   }
 }
 
@@ -1114,22 +839,14 @@ static const tpu__sock_ops_t http_sock_ops = {
     .timeout = on_timeout};
 
 static void conn_open(struct tpu__http_io *h, int fd, const struct sockaddr_storage *ss) {
-  char ip[INET6_ADDRSTRLEN] = "?", peer[64];
-  unsigned port = 0;
-  if (ss->ss_family == AF_INET) {
-    const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
-    port = ntohs(a->sin_port);
-  } else if (ss->ss_family == AF_INET6) {
-    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
-    port = ntohs(a->sin6_port);
-  }
-  snprintf(peer, sizeof peer, "%s:%u", ip, port);
+  char peer[64];
+  tpu_addr_format((const struct sockaddr *)ss, peer, sizeof peer);
   SSL *ssl = NULL;
   hconn_t *c = calloc(1, sizeof *c);
   if (!c) goto fail;
   c->h = h;
+  c->origin = (tpu__origin_t){.ops = &origin_ops, .srv = h->io->srv, .io = h->io,
+                              .wire = TPU__WIRE_JSON};
   if (h->io->srv->http_tls && !(ssl = tpu_tls_new_ssl(h->io->srv->tls, TPU_TLS_HTTP))) goto fail;
   if (tpu__sock_open(&h->socks, &c->sock, fd, ssl, peer) != 0) goto fail; /* owns ssl */
   c->sock.timeout_us = h->timeout_us;
@@ -1193,72 +910,82 @@ static void on_accept_retry(evutil_socket_t fd, short what, void *arg) {
   if (!h->stopping) event_add(h->accept_ev, NULL);
 }
 
-void tpu__http_done(tpu__io_t *io, tpu__call_t *call) {
-  hslot_t *req = call->http;
-  hconn_t *c = req->conn;
-  call->http = NULL;
-  req->call = NULL;
-  c->ncalls--;
-  if (c->closed) {
-    tpu__count(call->model, call->code);
-    slot_release(c->h, req);
-    tpu__call_free(call);
-    if (c->ncalls == 0) conn_free(c);
-    return;
-  }
-  if (call->code != TPU_CODE_OK)
-    send_infer_error(req, call->model, call->code, call->msg_text, call->received_us);
-  else
-    send_infer_ok(req, call);
-  tpu__call_free(call);
-  tpu__sock_flush_later(&c->sock);
-}
-
 /* ---- lifecycle ---- */
 
 int tpu__http_bind(tpu_server_t *srv, char *err, size_t errlen) {
   struct sockaddr_storage ss;
-  memset(&ss, 0, sizeof ss);
   socklen_t sslen;
-  struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-  struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-  if (inet_pton(AF_INET, srv->cfg.listen, &s4->sin_addr) == 1) {
-    s4->sin_family = AF_INET;
-    s4->sin_port = htons((uint16_t)srv->cfg.http_port);
-    sslen = sizeof *s4;
-  } else if (inet_pton(AF_INET6, srv->cfg.listen, &s6->sin6_addr) == 1) {
-    s6->sin6_family = AF_INET6;
-    s6->sin6_port = htons((uint16_t)srv->cfg.http_port);
-    sslen = sizeof *s6;
-  } else {
-    snprintf(err, errlen, "--listen %s: not a numeric IPv4 or IPv6 address", srv->cfg.listen);
+  char spec[300];
+  if (tpu_addr_parse(srv->cfg.listen, srv->cfg.http_port, &ss, &sslen, spec, sizeof spec, err,
+                     errlen) != 0)
     return -1;
-  }
   int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int one = 1;
   if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
       bind(fd, (struct sockaddr *)&ss, sslen) != 0 || listen(fd, 1024) != 0) {
-    snprintf(err, errlen, "cannot listen on %s port %u (http): %s", srv->cfg.listen,
-             srv->cfg.http_port, strerror(errno));
+    snprintf(err, errlen, "cannot listen on %s (http): %s", spec, strerror(errno));
     if (fd >= 0) close(fd);
     return -1;
   }
-  struct sockaddr_storage bound;
-  socklen_t blen = sizeof bound;
-  getsockname(fd, (struct sockaddr *)&bound, &blen);
-  srv->http_port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                                                     : ((struct sockaddr_in *)&bound)->sin_port);
+  srv->http_port = tpu_addr_bound_port(fd);
   srv->http_fd = fd;
   return 0;
 }
 
-int tpu__http_io_start(tpu__io_t *io) {
+static struct tpu__http_io *hio_of(tpu__service_t *s) {
+  return tpu_container_of(s, struct tpu__http_io, svc);
+}
+
+/* Stops accepting; idle connections close now, the others after their answers are written.
+ * Idle at once: the loop runs linger_ms longer for the answers being written. */
+static void hio_stop(tpu__service_t *svc) {
+  struct tpu__http_io *h = hio_of(svc);
+  if (!h->stopping) {
+    h->stopping = 1;
+    if (h->accept_ev) event_del(h->accept_ev);
+    if (h->retry_ev) event_del(h->retry_ev);
+    if (h->lfd >= 0) close(h->lfd);
+    h->lfd = -1;
+    tpu__sock_t *next;
+    for (tpu__sock_t *k = h->socks.socks; k; k = next) {
+      next = k->next;
+      hconn_t *c = conn_of(k);
+      no_more(c);
+      c->close_after = 1;
+      c->eof = 1;
+      if (c->nslots == 0 && !tpu__sock_unsent(k)) conn_close(c, "server stopping");
+    }
+  }
+  tpu__io_service_idle(svc, h->io);
+}
+
+/* After the thread exited: connections still waiting for calls that never came back (a hard
+ * stop) go too. */
+static void hio_free(tpu__service_t *svc) {
+  struct tpu__http_io *h = hio_of(svc);
+  while (h->socks.socks) conn_close(conn_of(h->socks.socks), "server stopped");
+  if (h->accept_ev) event_free(h->accept_ev);
+  if (h->retry_ev) event_free(h->retry_ev);
+  tpu__sockset_free(&h->socks);
+  if (h->lfd >= 0) close(h->lfd);
+  while (h->free_slots) {
+    hslot_t *s = h->free_slots;
+    h->free_slots = s->next;
+    tpu__sock_free_buffer(s->buf);
+    free(s);
+  }
+  free(h);
+}
+
+int tpu__http_attach(tpu__io_t *io) {
   tpu_server_t *srv = io->srv;
   struct tpu__http_io *h = calloc(1, sizeof *h);
   if (!h) return -1;
   h->io = io;
   h->lfd = -1;
-  io->http = h;
+  h->svc = (tpu__service_t){.name = "http", .stop = hio_stop, .free = hio_free,
+                            .linger_ms = 100};
+  tpu__io_add_service(io, &h->svc); /* freed with the thread, whatever fails below */
   h->lim.max_head_bytes = srv->cfg.http_max_header_bytes;
   h->lim.max_body_bytes = srv->cfg.http_max_body_bytes;
   h->timeout_us = (uint64_t)srv->cfg.http_timeout_s * 1000000u; /* 0: none */
@@ -1271,44 +998,4 @@ int tpu__http_io_start(tpu__io_t *io) {
   h->retry_ev = evtimer_new(io->base, on_accept_retry, h);
   if (!h->accept_ev || !h->retry_ev || event_add(h->accept_ev, NULL) != 0) return -1;
   return 0;
-}
-
-void tpu__http_io_stop(tpu__io_t *io) {
-  struct tpu__http_io *h = io->http;
-  if (!h || h->stopping) return;
-  h->stopping = 1;
-  if (h->accept_ev) event_del(h->accept_ev);
-  if (h->retry_ev) event_del(h->retry_ev);
-  if (h->lfd >= 0) close(h->lfd);
-  h->lfd = -1;
-  /* Idle connections close now; the others after their answers are written. */
-  tpu__sock_t *next;
-  for (tpu__sock_t *k = h->socks.socks; k; k = next) {
-    next = k->next;
-    hconn_t *c = conn_of(k);
-    no_more(c);
-    c->close_after = 1;
-    c->eof = 1;
-    if (c->nslots == 0 && !tpu__sock_unsent(k)) conn_close(c, "server stopping");
-  }
-}
-
-void tpu__http_io_free(tpu__io_t *io) {
-  struct tpu__http_io *h = io->http;
-  if (!h) return;
-  while (h->socks.socks) conn_close(conn_of(h->socks.socks), "server stopped");
-  /* Connections still waiting for calls that never came back (hard stop) are leaked to their
-   * calls' owners no longer: nothing references them after the I/O thread is gone. */
-  if (h->accept_ev) event_free(h->accept_ev);
-  if (h->retry_ev) event_free(h->retry_ev);
-  tpu__sockset_free(&h->socks);
-  if (h->lfd >= 0) close(h->lfd);
-  while (h->free_slots) {
-    hslot_t *s = h->free_slots;
-    h->free_slots = s->next;
-    tpu__sock_free_buffer(s->buf);
-    free(s);
-  }
-  free(h);
-  io->http = NULL;
 }

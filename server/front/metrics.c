@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "audit_wire.h"
+#include "call.h"
 #include "server_int.h"
 
 void tpu_mbuf_free(tpu_mbuf_t *b) {

@@ -35,6 +35,7 @@
 #include "clock.h"
 #include "file.h"
 #include "log.h"
+#include "audit_wire.h"
 #include "server_int.h"
 #include "thread.h"
 
@@ -589,8 +590,6 @@ tpu__model_t *tpu__server_find_model(tpu_server_t *srv, const char *name, const 
 
 /* ---- instances ---- */
 
-void tpu__infer_done(tpu_batch_req_t *req, void *ctx);
-
 static int model_run(void *ctx, size_t bucket_rows, const void *in, void *out, char *err,
                      size_t errlen) {
   tpu__model_t *m = ctx;
@@ -678,8 +677,6 @@ static int instance_load(tpu__repo_t *r, const char *name, const char *vdir, uin
       .out_row_bytes = (size_t)m->out_shape[1] * sizeof(float),
       .run = model_run,
       .run_ctx = m,
-      .done = tpu__infer_done,
-      .done_ctx = srv,
       .stats = &m->stats,
   };
   if (tpu_batcher_create(&bc, &m->batcher) != 0) {
@@ -1155,28 +1152,27 @@ static void serving_versions(mstate_t *m, tpu__repo_op_t *op) {
   }
 }
 
-static void do_op(tpu__repo_t *r, tpu__call_t *call) {
-  tpu__repo_op_t *op = call->op;
-  call->code = TPU_CODE_OK;
-  call->msg_text[0] = 0;
+static void do_op(tpu__repo_t *r, tpu__repo_op_t *op) {
+  op->code = TPU_CODE_OK;
+  op->msg[0] = 0;
   if (op->load) scan_update(r); /* load what is on disk now */
   mstate_t *m = find_m(r, op->name);
   vstate_t *v = m && op->version ? find_v(m, op->version) : NULL;
   if (!m) {
-    call->code = TPU_CODE_NOT_FOUND;
-    snprintf(call->msg_text, sizeof call->msg_text, "model '%s' is not in the repository",
+    op->code = TPU_CODE_NOT_FOUND;
+    snprintf(op->msg, sizeof op->msg, "model '%s' is not in the repository",
              op->name);
     goto done;
   }
   if (op->version && (!v || (op->load && !v->disk_sig))) {
-    call->code = TPU_CODE_NOT_FOUND;
-    snprintf(call->msg_text, sizeof call->msg_text, "model '%s' has no version %llu in the "
+    op->code = TPU_CODE_NOT_FOUND;
+    snprintf(op->msg, sizeof op->msg, "model '%s' has no version %llu in the "
              "repository", op->name, (unsigned long long)op->version);
     goto done;
   }
   if (op->load && atomic_load(&r->srv->load_cancel)) {
-    call->code = TPU_CODE_UNAVAILABLE;
-    snprintf(call->msg_text, sizeof call->msg_text, "server is shutting down: no model loads");
+    op->code = TPU_CODE_UNAVAILABLE;
+    snprintf(op->msg, sizeof op->msg, "server is shutting down: no model loads");
     goto done;
   }
   if (op->load) {
@@ -1199,21 +1195,21 @@ static void do_op(tpu__repo_t *r, tpu__call_t *call) {
     v = m && op->version ? find_v(m, op->version) : NULL;
     serving_versions(m, op);
     if (atomic_load(&r->srv->load_cancel) && (op->version ? !(v && v->inst) : !op->nversions)) {
-      call->code = TPU_CODE_UNAVAILABLE;
-      snprintf(call->msg_text, sizeof call->msg_text,
+      op->code = TPU_CODE_UNAVAILABLE;
+      snprintf(op->msg, sizeof op->msg,
                "server is shutting down: the load of model '%s' was abandoned", op->name);
     } else if (op->version ? !(v && v->inst) : op->nversions == 0) {
-      call->code = TPU_CODE_FAILED_PRECONDITION;
+      op->code = TPU_CODE_FAILED_PRECONDITION;
       const vstate_t *bad = v;
       for (size_t i = 0; !bad && m && i < m->nv; i++)
         if (m->v[m->nv - 1 - i].state == TPUD__MODEL_STATE__MODEL_STATE_FAILED)
           bad = &m->v[m->nv - 1 - i];
       if (bad)
-        snprintf(call->msg_text, sizeof call->msg_text, "model '%s' version %llu: load failed: "
+        snprintf(op->msg, sizeof op->msg, "model '%s' version %llu: load failed: "
                  "%.300s", op->name, (unsigned long long)bad->version,
                  bad->reason[0] ? bad->reason : "unknown error"); /* msg_text: 512 */
       else
-        snprintf(call->msg_text, sizeof call->msg_text, "model '%s': no version could be "
+        snprintf(op->msg, sizeof op->msg, "model '%s': no version could be "
                  "loaded", op->name);
     }
     goto done;
@@ -1243,7 +1239,7 @@ static void do_op(tpu__repo_t *r, tpu__call_t *call) {
   reconcile(r, m); /* may bring an older version back under the policy */
   publish(r);
 done:
-  tpu__call_finish(call); /* records the request (audit), then completes it */
+  op->done(op); /* the caller's continuation: its audit record, then its answer */
 }
 
 /* ---- the thread ---- */
@@ -1263,11 +1259,11 @@ static void *repo_main(void *arg) {
       continue;
     }
     if (r->ops_head) {
-      tpu__call_t *call = tpu_container_of(r->ops_head, tpu__call_t, job_link);
+      tpu__repo_op_t *op = tpu_container_of(r->ops_head, tpu__repo_op_t, link);
       r->ops_head = r->ops_head->next;
       if (!r->ops_head) r->ops_tail = NULL;
       pthread_mutex_unlock(&r->mu);
-      do_op(r, call);
+      do_op(r, op);
       pthread_mutex_lock(&r->mu);
       continue;
     }
@@ -1294,10 +1290,10 @@ static void *repo_main(void *arg) {
   pthread_mutex_unlock(&r->mu);
   while (ops) {
     tpu_qnode_t *next = ops->next;
-    tpu__call_t *call = tpu_container_of(ops, tpu__call_t, job_link);
-    call->code = TPU_CODE_UNAVAILABLE;
-    snprintf(call->msg_text, sizeof call->msg_text, "server is shutting down");
-    tpu__call_finish(call);
+    tpu__repo_op_t *op = tpu_container_of(ops, tpu__repo_op_t, link);
+    op->code = TPU_CODE_UNAVAILABLE;
+    snprintf(op->msg, sizeof op->msg, "server is shutting down");
+    op->done(op);
     ops = next;
   }
   return NULL;
@@ -1352,18 +1348,18 @@ void tpu__repo_rescan(tpu__repo_t *r) {
   pthread_mutex_unlock(&r->mu);
 }
 
-int tpu__repo_submit(tpu__repo_t *r, tpu__call_t *call) {
+int tpu__repo_submit(tpu__repo_t *r, tpu__repo_op_t *op) {
   pthread_mutex_lock(&r->mu);
   if (r->stopping) {
     pthread_mutex_unlock(&r->mu);
     return -1;
   }
-  call->job_link.next = NULL;
+  op->link.next = NULL;
   if (r->ops_tail)
-    r->ops_tail->next = &call->job_link;
+    r->ops_tail->next = &op->link;
   else
-    r->ops_head = &call->job_link;
-  r->ops_tail = &call->job_link;
+    r->ops_head = &op->link;
+  r->ops_tail = &op->link;
   pthread_cond_signal(&r->cv);
   pthread_mutex_unlock(&r->mu);
   return 0;
@@ -1427,4 +1423,13 @@ void tpu__repo_free(tpu__repo_t *r) {
   pthread_cond_destroy(&r->cv);
   pthread_mutex_destroy(&r->mu);
   free(r);
+}
+
+size_t tpu__models_ready(tpu_server_t *srv) {
+  tpu__models_t *t = tpu__models_acquire(srv);
+  size_t n = 0;
+  for (size_t i = 0; i < t->n; i++)
+    n += t->models[i]->state == TPUD__MODEL_STATE__MODEL_STATE_READY;
+  tpu__models_release(t);
+  return n;
 }

@@ -58,6 +58,7 @@
 #include <stdint.h>
 
 #include "model_config.h"
+#include "queue.h"
 
 /* ---- the pure parts: policy, versions, scanning (unit-tested without a server) ---- */
 
@@ -162,8 +163,12 @@ typedef struct tpu__models {
   tpu__model_t **models; /* sorted by name, then version; each holds a reference */
 } tpu__models_t;
 
-/* A ModelLoad or ModelUnload on its way through the repository thread (call->op). */
+/* A ModelLoad or ModelUnload on its way through the repository thread: the thread does it,
+ * writes the result, and calls `done` (its caller's continuation) there. */
 typedef struct tpu__repo_op {
+  tpu_qnode_t link;                  /* the repository thread's queue */
+  void (*done)(struct tpu__repo_op *op); /* repository thread; must not block */
+  void *user;                        /* the caller's */
   int load;                          /* 1: ModelLoad, 0: ModelUnload */
   char name[TPU_REPO_MAX_NAME + 1];
   uint64_t version;                  /* 0: every version (unload) / the policy's (load) */
@@ -171,6 +176,8 @@ typedef struct tpu__repo_op {
   char versions[64][24];             /* load: versions now serving; unload: versions unloaded */
   char *version_ptrs[64];            /* points into versions, for the response message */
   size_t nversions;
+  int code;                          /* TPU_CODE_* */
+  char msg[512];                     /* why, when code is not OK */
 } tpu__repo_op_t;
 
 /* Creates the repository of srv (srv->cfg.models), scans it and loads what the policies ask
@@ -188,10 +195,10 @@ void tpu__repo_cancel_loads(tpu__repo_t *r);
 /* Asks for a rescan now (SIGHUP); returns at once. Any thread. */
 void tpu__repo_rescan(tpu__repo_t *r);
 
-/* Queues a ModelLoad/ModelUnload call (call->op set, call->io set); the repository thread
- * completes it with tpu__call_complete. Returns 0, or -1 when the repository is stopping (the
- * call is then not queued). Any thread. */
-int tpu__repo_submit(tpu__repo_t *r, struct tpu__call *call);
+/* Queues a ModelLoad/ModelUnload; the repository thread does it and calls op->done. Returns 0,
+ * or -1 when the repository is stopping (the op is then not queued, done not called). Any
+ * thread. */
+int tpu__repo_submit(tpu__repo_t *r, tpu__repo_op_t *op);
 
 /* Stops the repository thread (pending operations complete with UNAVAILABLE), then stops the
  * batcher of every live instance, serving or draining (abort: fail what is queued). Idempotent;

@@ -17,16 +17,6 @@ const uint64_t tpu_hist_us_bounds[TPU_HIST_US_NBOUNDS] = {
 const uint64_t tpu_hist_rows_bounds[TPU_HIST_ROWS_NBOUNDS] = {1,  2,   4,   8,   16,  32,
                                                              64, 128, 256, 512, 1024};
 
-static const char *const code_names[TPU_CODE_COUNT] = {
-#define TPU__CODE_NAME(name, num) [num] = #name,
-    TPU_CODE_MAP(TPU__CODE_NAME)
-#undef TPU__CODE_NAME
-};
-
-const char *tpu_code_name(int code) {
-  return code >= 0 && code < TPU_CODE_COUNT ? code_names[code] : "UNKNOWN";
-}
-
 void tpu_hist_observe(tpu_hist_t *h, const uint64_t *bounds, size_t nbounds, uint64_t value) {
   size_t i = 0;
   while (i < nbounds && value > bounds[i]) i++;

@@ -15,35 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* gRPC status codes, as tpud.StatusCode (same numbers as google.rpc.Code). */
-#define TPU_CODE_MAP(X)                                                                    \
-  X(OK, 0)                                                                                 \
-  X(CANCELLED, 1)                                                                          \
-  X(UNKNOWN, 2)                                                                            \
-  X(INVALID_ARGUMENT, 3)                                                                   \
-  X(DEADLINE_EXCEEDED, 4)                                                                  \
-  X(NOT_FOUND, 5)                                                                          \
-  X(ALREADY_EXISTS, 6)                                                                     \
-  X(PERMISSION_DENIED, 7)                                                                  \
-  X(RESOURCE_EXHAUSTED, 8)                                                                 \
-  X(FAILED_PRECONDITION, 9)                                                                \
-  X(ABORTED, 10)                                                                           \
-  X(OUT_OF_RANGE, 11)                                                                      \
-  X(UNIMPLEMENTED, 12)                                                                     \
-  X(INTERNAL, 13)                                                                          \
-  X(UNAVAILABLE, 14)                                                                       \
-  X(DATA_LOSS, 15)                                                                         \
-  X(UNAUTHENTICATED, 16)
+#include "tpu_status.h"
 
-typedef enum {
-#define TPU__CODE_ENUM(name, num) TPU_CODE_##name = num,
-  TPU_CODE_MAP(TPU__CODE_ENUM)
-#undef TPU__CODE_ENUM
-  TPU_CODE_COUNT = 17 /* number of codes, not a code */
-} tpu_code_t;
-
-/* "OK", "INVALID_ARGUMENT", ...; "UNKNOWN" for out-of-range values. */
-const char *tpu_code_name(int code);
+/* Status codes: proto/tpu_status.h, the one table (tpu_code_name and friends). */
 
 /* Microsecond histogram bounds (queue and compute time). */
 #define TPU_HIST_US_NBOUNDS 16

@@ -1,0 +1,592 @@
+/*
+ * methods.c - the method table (call.h): what each method needs, does and answers, for every
+ * protocol alike. Adding a method is one row here plus its functions (and its messages in
+ * proto's method info).
+ *
+ * DESIGN
+ * Cheap methods (health, metadata, the repository index) are answered on the I/O thread from the
+ * repository's reference-counted model table (repository.h): a lookup takes a reference,
+ * released with the call. ModelInfer goes to its model version's batcher, MatMul to the pool,
+ * ModelLoad/ModelUnload to the repository thread, each with a continuation of this file as its
+ * done callback; compute never runs here.
+ *
+ * An infer or MatMul result holding a NaN or infinity (the arithmetic overflowed FP32: inputs
+ * are checked finite) is refused INVALID_ARGUMENT on the compute thread, before its audit
+ * record, on every protocol alike.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "call.h"
+#include "clock.h"
+#include "server_int.h"
+#include "validate.h"
+
+/* ---- cheap calls, answered here ---- */
+
+static void serve_server_live(tpu__call_t *call) {
+  Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
+  r.live = 1;
+  tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
+}
+
+/* Ready: not draining, and at least one model version ready to serve. */
+static void serve_server_ready(tpu__call_t *call) {
+  tpu_server_t *srv = call->srv;
+  Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
+  int draining = atomic_load(&srv->draining);
+  r.ready = !draining && tpu__models_ready(srv) > 0;
+  tpu__reply(call, TPU_CODE_OK,
+             r.ready ? NULL : draining ? "server is shutting down" : "no model is ready",
+             &r.base);
+}
+
+/* A request that names no model is malformed (INVALID_ARGUMENT), as for ModelLoad. */
+static int no_model_name(tpu__call_t *call, const char *name) {
+  if (name && *name) return 0;
+  tpu__reply(call, TPU_CODE_INVALID_ARGUMENT, "no model name given", NULL);
+  return 1;
+}
+
+static void serve_model_ready(tpu__call_t *call) {
+  Inference__ModelReadyRequest *q = (Inference__ModelReadyRequest *)call->request;
+  tpu_server_t *srv = call->srv;
+  char msg[256];
+  if (no_model_name(call, q->name)) return;
+  call->model = tpu__server_find_model(srv, q->name, q->version, msg, sizeof msg);
+  /* A model or version the repository does not list is NOT_FOUND; one that exists but cannot
+   * serve now is ready = false (and the note says why). */
+  if (!call->model && tpu__model_absent(srv, q->name, q->version)) {
+    tpu__reply(call, TPU_CODE_NOT_FOUND, msg, NULL);
+    return;
+  }
+  Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
+  int draining = atomic_load(&srv->draining);
+  r.ready = call->model != NULL && !draining;
+  tpu__reply(call, TPU_CODE_OK, r.ready ? NULL : call->model ? "server is shutting down" : msg,
+             &r.base);
+}
+
+static void serve_server_metadata(tpu__call_t *call) {
+  Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
+  char *ext[] = {"tpud_matmul", "tpud_repository_index", "tpud_debug"};
+  r.name = TPUD_SERVER_NAME;
+  r.version = TPUD_SERVER_VERSION;
+  r.n_extensions = 3;
+  r.extensions = ext;
+  tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
+}
+
+static void serve_model_metadata(tpu__call_t *call) {
+  Inference__ModelMetadataRequest *q = (Inference__ModelMetadataRequest *)call->request;
+  tpu_server_t *srv = call->srv;
+  char msg[256];
+  if (no_model_name(call, q->name)) return;
+  tpu__model_t *m = tpu__server_find_model(srv, q->name, q->version, msg, sizeof msg);
+  if (!m) { /* unknown: NOT_FOUND; listed but with no ready version: UNAVAILABLE */
+    tpu__reply(call, tpu__model_absent(srv, q->name, q->version) ? TPU_CODE_NOT_FOUND
+                                                                  : TPU_CODE_UNAVAILABLE,
+               msg, NULL);
+    return;
+  }
+  call->model = m;
+  char *versions[64];
+  size_t nv = 0;
+  tpu__models_t *t = tpu__models_acquire(srv);
+  for (size_t i = 0; i < t->n && nv < 64; i++)
+    if (strcmp(t->models[i]->name, m->name) == 0 &&
+        t->models[i]->state == TPUD__MODEL_STATE__MODEL_STATE_READY)
+      versions[nv++] = t->models[i]->version_str;
+  Inference__ModelMetadataResponse__TensorMetadata in =
+      INFERENCE__MODEL_METADATA_RESPONSE__TENSOR_METADATA__INIT;
+  Inference__ModelMetadataResponse__TensorMetadata out =
+      INFERENCE__MODEL_METADATA_RESPONSE__TENSOR_METADATA__INIT;
+  in.name = (char *)m->in_spec.name;
+  in.datatype = (char *)m->in_spec.datatype;
+  in.n_shape = 2;
+  in.shape = m->in_shape;
+  out.name = (char *)m->out_spec.name;
+  out.datatype = (char *)m->out_spec.datatype;
+  out.n_shape = 2;
+  out.shape = m->out_shape;
+  Inference__ModelMetadataResponse__TensorMetadata *ins[] = {&in}, *outs[] = {&out};
+  Inference__ModelMetadataResponse r = INFERENCE__MODEL_METADATA_RESPONSE__INIT;
+  r.name = m->name;
+  r.n_versions = nv;
+  r.versions = versions;
+  r.platform = "tpud";
+  r.n_inputs = 1;
+  r.inputs = ins;
+  r.n_outputs = 1;
+  r.outputs = outs;
+  tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
+  tpu__models_release(t);
+}
+
+static void serve_repository_index(tpu__call_t *call) {
+  Tpud__RepositoryIndexRequest *q = (Tpud__RepositoryIndexRequest *)call->request;
+  tpu__models_t *t = tpu__models_acquire(call->srv);
+  Tpud__RepositoryIndexResponse__ModelIndex *items = calloc(t->n + 1, sizeof *items);
+  Tpud__RepositoryIndexResponse__ModelIndex **ptrs = calloc(t->n + 1, sizeof *ptrs);
+  if (!items || !ptrs) {
+    free(items);
+    free(ptrs);
+    tpu__models_release(t);
+    tpu__reply(call, TPU_CODE_RESOURCE_EXHAUSTED, "out of memory", NULL);
+    return;
+  }
+  size_t n = 0;
+  for (size_t i = 0; i < t->n; i++) {
+    tpu__model_t *m = t->models[i];
+    if (q->ready_only && m->state != TPUD__MODEL_STATE__MODEL_STATE_READY) continue;
+    Tpud__RepositoryIndexResponse__ModelIndex init =
+        TPUD__REPOSITORY_INDEX_RESPONSE__MODEL_INDEX__INIT;
+    items[n] = init;
+    items[n].name = m->name;
+    items[n].version = m->version_str;
+    items[n].state = (Tpud__ModelState)m->state;
+    items[n].reason = m->reason;
+    items[n].memory_bytes = m->memory_bytes;
+    ptrs[n] = &items[n];
+    n++;
+  }
+  Tpud__RepositoryIndexResponse r = TPUD__REPOSITORY_INDEX_RESPONSE__INIT;
+  r.n_models = n;
+  r.models = ptrs;
+  tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
+  free(items);
+  free(ptrs);
+  tpu__models_release(t);
+}
+
+/* ---- ModelInfer ---- */
+
+/* A result that is not finite (validation refuses non-finite inputs, and the weights are checked
+ * at load, so the model's arithmetic overflowed FP32 on this input: 3e38 through a dense layer)
+ * is refused, never answered: JSON cannot carry it, and a NaN score passed on as a number is
+ * worse than an error. Here, on the batcher thread, before the audit record, so the log says
+ * what the client got. */
+static void refuse_nonfinite(tpu__call_t *call) {
+  const tpu__model_t *m = call->model;
+  char what[300];
+  snprintf(what, sizeof what, "%s: output '%s'", m->label, m->out_spec.name);
+  if (tpu_validate_result(call->u.infer.out, call->u.infer.rows, (size_t)m->out_shape[1], what,
+                          "the input overflows FP32 inside the model, so there is no result "
+                          "(expected inputs of the magnitudes the model was made for)",
+                          call->msg_text, sizeof call->msg_text) != 0)
+    call->code = TPU_CODE_INVALID_ARGUMENT;
+}
+
+/* The batcher's continuation (batcher thread). */
+static void infer_done(tpu_batch_req_t *req, void *ctx) {
+  tpu__call_t *call = ctx;
+  call->code = req->code;
+  if (req->code != TPU_CODE_OK)
+    snprintf(call->msg_text, sizeof call->msg_text, "%s", req->msg);
+  else
+    refuse_nonfinite(call);
+  tpu__call_finish(call); /* batcher thread → (audit writer →) the origin's I/O thread */
+}
+
+static void respond_infer(tpu__call_t *call) {
+  tpu__model_t *m = call->model;
+  Inference__ModelInferRequest *q = (Inference__ModelInferRequest *)call->request;
+  size_t rows = call->u.infer.rows;
+  if (call->tracked)
+    tpu_hist_observe(&m->stats.request_us, tpu_hist_us_bounds, TPU_HIST_US_NBOUNDS,
+                     tpu_now_us() - call->received_us);
+  int64_t shape[2] = {(int64_t)rows, m->out_shape[1]};
+  Inference__ModelInferResponse__InferOutputTensor t =
+      INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__INIT;
+  t.name = (char *)m->out_spec.name;
+  t.datatype = "FP32";
+  t.n_shape = 2;
+  t.shape = shape;
+  Inference__ModelInferResponse__InferOutputTensor *outs[] = {&t};
+  ProtobufCBinaryData raw = {.len = rows * (size_t)m->out_shape[1] * sizeof(float),
+                             .data = (uint8_t *)call->u.infer.out};
+  Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+  r.model_name = m->name;
+  r.model_version = m->version_str;
+  r.id = q->id ? q->id : "";
+  r.n_outputs = 1;
+  r.outputs = outs;
+  r.n_raw_output_contents = 1;
+  r.raw_output_contents = &raw;
+  tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
+}
+
+/* Finds the model, validates the request against it (validate.c), checks sizes and the budget,
+ * and hands it to the model's batcher. */
+static void serve_infer(tpu__call_t *call) {
+  tpu_server_t *srv = call->srv;
+  Inference__ModelInferRequest *q = (Inference__ModelInferRequest *)call->request;
+  char msg[512];
+  int code;
+  tpu__model_t *m = NULL;
+  if (!q->model_name || !*q->model_name) {
+    snprintf(msg, sizeof msg, "no model name given");
+    code = TPU_CODE_INVALID_ARGUMENT;
+    goto refuse;
+  }
+  m = call->model = tpu__server_find_model(srv, q->model_name, q->model_version, msg, sizeof msg);
+  if (!m) {
+    code = TPU_CODE_NOT_FOUND;
+    goto refuse;
+  }
+  if (q->n_inputs > TPU_VALIDATE_MAX_TENSORS || q->n_outputs > TPU_VALIDATE_MAX_TENSORS) {
+    snprintf(msg, sizeof msg, "%s: request names %zu inputs and %zu outputs; the model has 1 "
+             "and 1", m->label, q->n_inputs, q->n_outputs);
+    code = TPU_CODE_INVALID_ARGUMENT;
+    goto refuse;
+  }
+  tpu_vinput_t vin[TPU_VALIDATE_MAX_TENSORS];
+  const char *vout[TPU_VALIDATE_MAX_TENSORS];
+  tpu_vrequest_t vr;
+  tpu_validate_describe_request(q, vin, vout, &vr);
+  tpu_vresult_t res;
+  code = tpu_validate_infer(&m->vmodel, &vr, &res, msg, sizeof msg);
+  if (code != TPU_CODE_OK) goto refuse;
+  size_t out_floats = res.rows * (size_t)m->out_shape[1];
+  if (res.rows && (out_floats / (size_t)m->out_shape[1] != res.rows ||
+                   out_floats > srv->cfg.max_message_bytes / sizeof(float))) {
+    snprintf(msg, sizeof msg, "%s: %zu rows would give a response above max-message-bytes "
+             "(%llu)", m->label, res.rows, (unsigned long long)srv->cfg.max_message_bytes);
+    code = TPU_CODE_RESOURCE_EXHAUSTED;
+    goto refuse;
+  }
+  /* The answer's share of --max-buffered-bytes, reserved before anything is allocated: the
+   * output tensor (JSON: at most 16 bytes a number) and the names echoed. */
+  if (res.rows) {
+    size_t budget = out_floats * (call->origin->wire == TPU__WIRE_JSON ? 16 : sizeof(float)) +
+                    512 + (q->id ? strlen(q->id) : 0);
+    if (tpu__budget_reserve(srv, budget, &code, msg, sizeof msg) != 0) goto refuse;
+    call->budget = budget; /* given back by tpu__call_free, whatever becomes of the call */
+    if (!(call->u.infer.out = malloc(out_floats * sizeof(float)))) {
+      snprintf(msg, sizeof msg, "out of memory");
+      code = TPU_CODE_RESOURCE_EXHAUSTED;
+      goto refuse;
+    }
+  }
+  call->u.infer.rows = res.rows;
+  if (res.rows == 0) { /* nothing to compute: an empty batch has an empty answer */
+    tpu__audit_reject(srv, call->client, q->id, m->name, m->version_str, TPU_CODE_OK, "0 rows");
+    respond_infer(call);
+    return;
+  }
+  tpu_batch_req_t *b = &call->u.infer.breq;
+  b->rows = res.rows;
+  b->in = res.data[0];
+  b->out = call->u.infer.out;
+  b->deadline_us = call->deadline_us;
+  b->cancel = &call->cancel;
+  b->user = call;
+  b->done = infer_done;
+  b->done_ctx = call;
+  code = tpu_batcher_submit(m->batcher, b, msg, sizeof msg);
+  if (code != TPU_CODE_OK) goto refuse;
+  tpu__call_track(call);
+  return;
+refuse:
+  tpu__audit_reject(srv, call->client, q->id, q->model_name,
+                    m ? m->version_str : q->model_version, code, msg);
+  tpu__reply(call, code, msg, NULL);
+}
+
+static void digest_infer(tpu__call_t *call, tpu_audit_record_t *rec, tpu__digest_t *d) {
+  tpu__model_t *m = call->model;
+  Inference__ModelInferRequest *q = (Inference__ModelInferRequest *)call->request;
+  const tpu_batch_req_t *b = &call->u.infer.breq;
+  rec->request_id = q->id;
+  rec->model = m->name;
+  rec->version = m->version_str;
+  tpu_audit_sha256_hex(b->in, b->rows * (size_t)m->in_shape[1] * sizeof(float), d->in_hex);
+  if (call->code == TPU_CODE_OK)
+    tpu_audit_sha256_hex(call->u.infer.out, b->rows * (size_t)m->out_shape[1] * sizeof(float),
+                         d->out_hex);
+  rec->queue_us = b->queue_us;
+  rec->compute_us = b->compute_us;
+  rec->batch_id = b->batch_id;
+  rec->bucket = b->bucket;
+}
+
+static size_t answer_size_infer(const tpu__call_t *call) {
+  return call->u.infer.rows * (size_t)call->model->out_shape[1] * sizeof(float) + 256;
+}
+
+static void release_infer(tpu__call_t *call) { free(call->u.infer.out); }
+
+/* ---- MatMul ---- */
+
+/* The response of an [m,k] x [k,n] product; r->c points at *c, whose data is `data` (NULL to
+ * size it only). Everything but compute_us is known before computing. */
+static void matmul_response(tpu_server_t *srv, size_t m, size_t k, size_t n, int dtype,
+                            void *data, uint64_t compute_us, int64_t shape[2], Tpud__Tensor *c,
+                            Tpud__MatMulResponse *r) {
+  tpu_engine_stats_t es;
+  memset(&es, 0, sizeof es);
+  tpu_engine_stats(srv->engine, &es);
+  Tpud__Tensor ct = TPUD__TENSOR__INIT;
+  Tpud__MatMulResponse rt = TPUD__MAT_MUL_RESPONSE__INIT;
+  *c = ct;
+  *r = rt;
+  shape[0] = (int64_t)m;
+  shape[1] = (int64_t)n;
+  c->n_shape = 2;
+  c->shape = shape;
+  c->datatype = dtype == TPU_DTYPE_INT8 ? "INT32" : "FP32";
+  c->data.len = m * n * 4;
+  c->data.data = data;
+  r->c = c;
+  r->systolic_rows = es.systolic_rows;
+  r->systolic_cols = es.systolic_cols;
+  r->systolic_cycles = tpu_systolic_cycles(es.systolic_rows, es.systolic_cols, m, k, n);
+  double slots = (double)r->systolic_cycles * es.systolic_rows * es.systolic_cols;
+  r->systolic_utilization = slots > 0 ? (double)m * k * n / slots : 0.0;
+  r->compute_us = compute_us;
+}
+
+/* The encoded size of a MatMul answer, as max-message-bytes is checked when it is sent: the
+ * gRPC message, or the response envelope (framed protocol). The compute time, not known yet, is
+ * counted at its widest encoding, so that an answer admitted here is never refused after its
+ * compute. */
+static size_t matmul_answer_size(tpu__call_t *call, size_t m, size_t k, size_t n, int dtype) {
+  int64_t shape[2];
+  Tpud__Tensor c;
+  Tpud__MatMulResponse r;
+  matmul_response(call->srv, m, k, n, dtype, NULL, UINT64_MAX, shape, &c, &r);
+  size_t len = protobuf_c_message_get_packed_size(&r.base);
+  if (call->origin->wire != TPU__WIRE_FRAMED) return len;
+  tpu_envelope_response_t e = {.id = call->id, .code = TPU_CODE_OK, .payload_msg = &r.base};
+  size_t frame = 0;
+  tpu_envelope_encode_response(&e, NULL, 0, &frame, NULL); /* sizing only (ENOSPC) */
+  return frame > TPU_FRAME_HEADER_SIZE ? frame - TPU_FRAME_HEADER_SIZE : len;
+}
+
+/* The pool's continuation (pool thread). */
+static void matmul_done(tpu__mm_job_t *job) {
+  tpu__call_t *call = tpu_container_of(job, tpu__call_t, u.mm);
+  call->code = job->code;
+  if (job->code != TPU_CODE_OK) snprintf(call->msg_text, sizeof call->msg_text, "%s", job->msg);
+  tpu__call_finish(call); /* digests and the audit record, on this pool thread */
+}
+
+static void serve_matmul(tpu__call_t *call) {
+  tpu_server_t *srv = call->srv;
+  Tpud__MatMulRequest *q = (Tpud__MatMulRequest *)call->request;
+  char msg[512];
+  tpu_vtensor_t a = {0}, b = {0};
+  if (q->a)
+    a = (tpu_vtensor_t){q->a->shape, q->a->n_shape, q->a->datatype, q->a->data.len, 1,
+                        q->a->data.data};
+  if (q->b)
+    b = (tpu_vtensor_t){q->b->shape, q->b->n_shape, q->b->datatype, q->b->data.len, 1,
+                        q->b->data.data};
+  size_t m, k, n;
+  int dtype;
+  int code = tpu_validate_matmul(&a, &b, srv->cfg.max_message_bytes / 4, &m, &k, &n, &dtype, msg,
+                                 sizeof msg);
+  /* The answer must fit a message (as gRPC says of a message over the limit:
+   * RESOURCE_EXHAUSTED) and the buffered-answer budget, both known before computing. */
+  size_t answer = code == TPU_CODE_OK ? matmul_answer_size(call, m, k, n, dtype) : 0;
+  if (code == TPU_CODE_OK && answer > srv->cfg.max_message_bytes) {
+    code = TPU_CODE_RESOURCE_EXHAUSTED;
+    snprintf(msg, sizeof msg, "matmul: the answer for a [%zu,%zu] result would be %zu bytes, "
+             "over max-message-bytes (%llu); not computed", m, n, answer,
+             (unsigned long long)srv->cfg.max_message_bytes);
+  }
+  if (code == TPU_CODE_OK && tpu__budget_reserve(srv, answer, &code, msg, sizeof msg) == 0)
+    call->budget = answer; /* given back by tpu__call_free */
+  if (code == TPU_CODE_OK) {
+    tpu__mm_job_t *j = &call->u.mm;
+    j->dtype = dtype;
+    j->m = m;
+    j->k = k;
+    j->n = n;
+    j->a = q->a->data.data;
+    j->b = q->b->data.data;
+    j->deadline_us = call->deadline_us;
+    j->cancel = &call->cancel;
+    j->done = matmul_done;
+    if (tpu__mmpool_submit(srv->pool, j) == 0) {
+      tpu__call_track(call);
+      return;
+    }
+    code = TPU_CODE_UNAVAILABLE;
+    snprintf(msg, sizeof msg, "server is shutting down");
+  }
+  tpu__audit_reject(srv, call->client, NULL, NULL, NULL, code, msg);
+  tpu__reply(call, code, msg, NULL);
+}
+
+static void respond_matmul(tpu__call_t *call) {
+  const tpu__mm_job_t *j = &call->u.mm;
+  int64_t shape[2];
+  Tpud__Tensor c;
+  Tpud__MatMulResponse r;
+  matmul_response(call->srv, j->m, j->k, j->n, j->dtype, j->c, j->compute_us, shape, &c, &r);
+  tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
+}
+
+static void digest_matmul(tpu__call_t *call, tpu_audit_record_t *rec, tpu__digest_t *d) {
+  Tpud__MatMulRequest *q = (Tpud__MatMulRequest *)call->request;
+  const tpu__mm_job_t *j = &call->u.mm;
+  tpu_audit_sha256_t s;
+  if (tpu_audit_sha256_init(&s) == 0) {
+    tpu_audit_sha256_update(&s, q->a->data.data, q->a->data.len);
+    tpu_audit_sha256_update(&s, q->b->data.data, q->b->data.len);
+    tpu_audit_sha256_final(&s, d->in_hex);
+  }
+  if (call->code == TPU_CODE_OK && j->c) tpu_audit_sha256_hex(j->c, j->m * j->n * 4, d->out_hex);
+  rec->compute_us = j->compute_us;
+  if (call->code == TPU_CODE_OK) {
+    snprintf(d->what, sizeof d->what, "matmul %zux%zux%zu", j->m, j->k, j->n);
+    rec->message = d->what;
+  }
+}
+
+static size_t answer_size_matmul(const tpu__call_t *call) {
+  return call->u.mm.m * call->u.mm.n * 4 + 256;
+}
+
+static void release_matmul(tpu__call_t *call) { free(call->u.mm.c); }
+
+/* ---- ModelLoad / ModelUnload: queued to the repository thread ---- */
+
+/* The repository thread's continuation. */
+static void op_done(tpu__repo_op_t *op) {
+  tpu__call_t *call = op->user;
+  call->code = op->code;
+  if (op->code != TPU_CODE_OK) snprintf(call->msg_text, sizeof call->msg_text, "%s", op->msg);
+  tpu__call_finish(call); /* records the request (audit), then completes it */
+}
+
+static void serve_load_unload(tpu__call_t *call, int load, const char *name,
+                              const char *version) {
+  tpu_server_t *srv = call->srv;
+  char msg[512];
+  int code = TPU_CODE_INVALID_ARGUMENT;
+  uint64_t v = 0;
+  if (!name || !*name) {
+    snprintf(msg, sizeof msg, "no model name given");
+    goto refuse;
+  }
+  if (strlen(name) > TPU_REPO_MAX_NAME || strchr(name, '/') || name[0] == '.') {
+    snprintf(msg, sizeof msg, "model name '%.140s' is not valid: expected the name of a "
+             "directory of the repository (1 to %d bytes, no '/', not starting with '.')",
+             name, TPU_REPO_MAX_NAME);
+    goto refuse;
+  }
+  if (version && *version && tpu_repo_parse_version(version, &v) != 0) {
+    snprintf(msg, sizeof msg, "model '%s': version '%.40s' is not a positive integer", name,
+             version);
+    goto refuse;
+  }
+  tpu__repo_op_t *op = calloc(1, sizeof *op);
+  if (!op) {
+    code = TPU_CODE_RESOURCE_EXHAUSTED;
+    snprintf(msg, sizeof msg, "out of memory");
+    goto refuse;
+  }
+  op->load = load;
+  snprintf(op->name, sizeof op->name, "%s", name);
+  op->version = v;
+  op->done = op_done;
+  op->user = call;
+  call->u.op = op; /* freed with the call */
+  if (tpu__repo_submit(srv->repo, op) != 0) {
+    code = TPU_CODE_UNAVAILABLE;
+    snprintf(msg, sizeof msg, "server is shutting down");
+    goto refuse;
+  }
+  tpu__call_track(call);
+  return;
+refuse:
+  tpu__audit_reject(srv, call->client, NULL, name, version, code, msg);
+  tpu__reply(call, code, msg, NULL);
+}
+
+static void serve_model_load(tpu__call_t *call) {
+  Tpud__ModelLoadRequest *q = (Tpud__ModelLoadRequest *)call->request;
+  serve_load_unload(call, 1, q->name, q->version);
+}
+
+static void serve_model_unload(tpu__call_t *call) {
+  Tpud__ModelUnloadRequest *q = (Tpud__ModelUnloadRequest *)call->request;
+  serve_load_unload(call, 0, q->name, q->version);
+}
+
+static void respond_model_load(tpu__call_t *call) {
+  tpu__repo_op_t *op = call->u.op;
+  Tpud__ModelLoadResponse r = TPUD__MODEL_LOAD_RESPONSE__INIT;
+  r.name = op->name;
+  r.n_versions = op->nversions;
+  r.versions = op->version_ptrs;
+  tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
+}
+
+static void respond_model_unload(tpu__call_t *call) {
+  tpu__repo_op_t *op = call->u.op;
+  Tpud__ModelUnloadResponse r = TPUD__MODEL_UNLOAD_RESPONSE__INIT;
+  r.name = op->name;
+  r.n_versions = op->nversions;
+  r.versions = op->version_ptrs;
+  tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
+}
+
+static void digest_load_unload(tpu__call_t *call, tpu_audit_record_t *rec, tpu__digest_t *d) {
+  tpu__repo_op_t *op = call->u.op;
+  rec->model = op->name;
+  if (op->version) snprintf(d->version, sizeof d->version, "%llu", (unsigned long long)op->version);
+  if (call->code != TPU_CODE_OK) return;
+  const char *verb = op->load ? "load" : "unload";
+  int n = snprintf(d->what, sizeof d->what, "%s:", verb);
+  for (size_t i = 0; i < op->nversions && n > 0 && (size_t)n < sizeof d->what; i++)
+    n += snprintf(d->what + n, sizeof d->what - (size_t)n, " %s", op->versions[i]);
+  if (op->nversions == 0) snprintf(d->what, sizeof d->what, "%s: no versions", verb);
+  rec->message = d->what;
+}
+
+static size_t answer_size_small(const tpu__call_t *call) { return 256; }
+
+static void release_op(tpu__call_t *call) { free(call->u.op); }
+
+/* ---- the table ---- */
+
+#define CHEAP(id, nm, role, hl, fn) \
+  {.method = id, .name = nm, .need = role, .health = hl, .serve = fn}
+#define COMPUTES(id, nm, role, s, r, d, a, rel)                                                \
+  {.method = id, .name = nm, .need = role, .audited = 1, .computes = 1, .serve = s,          \
+   .respond = r, .digest = d, .answer_size = a, .release = rel}
+
+static const tpu__method_t table[] = {
+    CHEAP(TPUD__METHOD__SERVER_LIVE, "ServerLive", TPU_NEED_INFER, 1, serve_server_live),
+    CHEAP(TPUD__METHOD__SERVER_READY, "ServerReady", TPU_NEED_INFER, 1, serve_server_ready),
+    CHEAP(TPUD__METHOD__MODEL_READY, "ModelReady", TPU_NEED_INFER, 0, serve_model_ready),
+    CHEAP(TPUD__METHOD__SERVER_METADATA, "ServerMetadata", TPU_NEED_INFER, 0,
+          serve_server_metadata),
+    CHEAP(TPUD__METHOD__MODEL_METADATA, "ModelMetadata", TPU_NEED_INFER, 0,
+          serve_model_metadata),
+    COMPUTES(TPUD__METHOD__MODEL_INFER, "ModelInfer", TPU_NEED_INFER, serve_infer, respond_infer,
+             digest_infer, answer_size_infer, release_infer),
+    COMPUTES(TPUD__METHOD__MODEL_LOAD, "ModelLoad", TPU_NEED_ADMIN, serve_model_load,
+             respond_model_load, digest_load_unload, answer_size_small, release_op),
+    COMPUTES(TPUD__METHOD__MODEL_UNLOAD, "ModelUnload", TPU_NEED_ADMIN, serve_model_unload,
+             respond_model_unload, digest_load_unload, answer_size_small, release_op),
+    COMPUTES(TPUD__METHOD__MATMUL, "MatMul", TPU_NEED_INFER, serve_matmul, respond_matmul,
+             digest_matmul, answer_size_matmul, release_matmul),
+    CHEAP(TPUD__METHOD__REPOSITORY_INDEX, "RepositoryIndex", TPU_NEED_INFER, 0,
+          serve_repository_index),
+};
+
+const tpu__method_t *tpu__method_of(int method) {
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+    if (table[i].method == method) return &table[i];
+  return NULL;
+}
+
+const tpu__method_t *tpu__methods(size_t *n) {
+  *n = sizeof table / sizeof table[0];
+  return table;
+}
