@@ -315,15 +315,3 @@ done:
   return code;
 }
 
-tpu_need_t tpu_auth_method_need(int method, int open_health) {
-  switch (method) {
-  case TPUD__METHOD__SERVER_LIVE:
-  case TPUD__METHOD__SERVER_READY:
-    return open_health ? TPU_NEED_OPEN : TPU_NEED_INFER;
-  case TPUD__METHOD__MODEL_LOAD:
-  case TPUD__METHOD__MODEL_UNLOAD:
-    return TPU_NEED_ADMIN;
-  default:
-    return TPU_NEED_INFER; /* infer, MatMul, metadata, index; unknown methods are refused later */
-  }
-}

@@ -128,7 +128,5 @@ int tpu_auth_decide(const tpu_auth_policy_t *p, const tpu_auth_peer_t *peer, con
                     size_t authz_len, size_t n_authz, tpu_need_t need, char *who, size_t wholen,
                     char *msg, size_t msglen, tpu_role_t *role_out);
 
-/* What a native method (Tpud__Method) needs; open_health: ServerLive/ServerReady are open. */
-tpu_need_t tpu_auth_method_need(int method, int open_health);
 
 #endif /* TPU_AUTH_H */

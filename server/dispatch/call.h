@@ -156,6 +156,8 @@ struct tpu__method {
 
 /* The row of a method, or NULL when tpud does not serve it. */
 const tpu__method_t *tpu__method_of(int method);
+/* The role a method needs: its own, or none for a health check with --auth-open-health. */
+tpu_need_t tpu__method_need(const tpu__method_t *m, int open_health);
 /* Every row, in proto's order (for tests and listings). */
 const tpu__method_t *tpu__methods(size_t *n);
 

@@ -91,9 +91,7 @@ void tpu__dispatch(tpu__origin_t *o, const tpu__request_t *r) {
   const tpu__method_t *m = tpu__method_of(r->method);
   char msg[640];
   int audited = m && m->audited, code;
-  tpu_need_t need = !m ? TPU_NEED_INFER
-                    : m->health && srv->cfg.auth_open_health ? TPU_NEED_OPEN
-                                                             : m->need;
+  tpu_need_t need = m ? tpu__method_need(m, srv->cfg.auth_open_health) : TPU_NEED_INFER;
   code = authorize(o, r, need, msg, sizeof msg);
   if (code != TPU_CODE_OK) goto refuse;
   if (!m) {

@@ -285,6 +285,7 @@ static void serve_infer(tpu__call_t *call) {
   b->done = infer_done;
   b->done_ctx = call;
   code = tpu_batcher_submit(m->batcher, b, msg, sizeof msg);
+  if (code == TPU_CODE_RESOURCE_EXHAUSTED) code = TPU_CODE_OVERLOADED; /* its queue is full */
   if (code != TPU_CODE_OK) goto refuse;
   tpu__call_track(call);
   return;
@@ -589,4 +590,8 @@ const tpu__method_t *tpu__method_of(int method) {
 const tpu__method_t *tpu__methods(size_t *n) {
   *n = sizeof table / sizeof table[0];
   return table;
+}
+
+tpu_need_t tpu__method_need(const tpu__method_t *m, int open_health) {
+  return m->health && open_health ? TPU_NEED_OPEN : m->need;
 }

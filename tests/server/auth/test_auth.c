@@ -106,13 +106,6 @@ static void test_roles(void) {
   CU_ASSERT_EQUAL(tpu_auth_parse_role("Admin", &r), -1);
   CU_ASSERT_EQUAL(tpu_auth_parse_role(NULL, &r), -1);
   CU_ASSERT_STRING_EQUAL(tpu_auth_role_name(TPU_ROLE_ADMIN), "admin");
-  CU_ASSERT_EQUAL(tpu_auth_method_need(TPUD__METHOD__SERVER_READY, 1), TPU_NEED_OPEN);
-  CU_ASSERT_EQUAL(tpu_auth_method_need(TPUD__METHOD__SERVER_LIVE, 0), TPU_NEED_INFER);
-  CU_ASSERT_EQUAL(tpu_auth_method_need(TPUD__METHOD__MODEL_INFER, 1), TPU_NEED_INFER);
-  CU_ASSERT_EQUAL(tpu_auth_method_need(TPUD__METHOD__MATMUL, 1), TPU_NEED_INFER);
-  CU_ASSERT_EQUAL(tpu_auth_method_need(TPUD__METHOD__MODEL_METADATA, 1), TPU_NEED_INFER);
-  CU_ASSERT_EQUAL(tpu_auth_method_need(TPUD__METHOD__MODEL_LOAD, 1), TPU_NEED_ADMIN);
-  CU_ASSERT_EQUAL(tpu_auth_method_need(TPUD__METHOD__MODEL_UNLOAD, 1), TPU_NEED_ADMIN);
 }
 
 /* decide(): returns the code, the identity in who. */
