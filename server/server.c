@@ -3,7 +3,7 @@
  *
  * DESIGN
  * Owns the main thread's event_base: the native listener (accepted sockets go round robin to the
- * I/O threads, see io.c), the HTTP listening socket (bound here; the I/O threads accept on it,
+ * I/O threads, see front/framed.c), the HTTP listening socket (bound here; the I/O threads accept on it,
  * see http.c), SIGTERM/SIGINT (drain), SIGUSR1 (log the counters) and SIGHUP (rescan the model
  * repository). Models are the repository manager's (repository.h): it loads them at start,
  * before the ports are announced, then on its own thread, and publishes a reference-counted

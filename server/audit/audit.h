@@ -99,7 +99,7 @@
  *     / token name / peer, model, version, status = tpu_audit_grpc_name(code), message, queue_us,
  *     compute_us, batch_id, bucket) and tpu_audit_submit(a, &rec, done, call) INSTEAD of
  *     queueing the completion to the I/O thread; done() (writer thread) then does what
- *     tpu__call_complete does today (queue + eventfd). If submit returns TPU_AUDIT_LOST, complete
+ *     the dispatch layer's continuation does (queue + eventfd). If submit returns TPU_AUDIT_LOST, complete
  *     at once (fail-open) or answer UNAVAILABLE (fail-closed). Requests rejected on the I/O
  *     thread before compute (bad frame, validation) are submitted from the I/O thread with no
  *     digests (cheap: no hashing there).

@@ -3,7 +3,7 @@
  *
  * DESIGN
  * Pure decisions over bytes; no sockets, no global state, so the whole policy is unit-tested
- * (tests/server/test_auth.c). The server (auth_wire in server.c, io.c, http.c, handlers.c) holds
+ * (tests/server/auth/test_auth.c). The server (auth_wire.c, dispatch/dispatch.c) holds
  * one parsed table behind a read-write lock and swaps it on SIGHUP.
  *
  * The tokens file (--tokens FILE) is text, one entry a line, fields separated by blanks, `#`

@@ -38,7 +38,7 @@ struct tpu__mmpool {
 };
 
 /* An FP32 result (FP32 and BF16 operands) that overflowed is refused, as an infer result is
- * (handlers.c): the operands are finite (validate.c), so the products or their sums left FP32's
+ * (dispatch/methods.c): the operands are finite (validate.c), so the products or their sums left FP32's
  * range. INT8 gives INT32, always finite. */
 static void refuse_nonfinite(tpu__mm_job_t *job) {
   if (job->dtype == TPU_DTYPE_INT8) return; /* INT32 accumulators: always finite */

@@ -9,7 +9,7 @@
  * names what it is about.
  *
  * Non-finite values: NaN and infinities are refused in every floating-point input (FP32, FP16,
- * BF16, FP64, MatMul's operands too). No answer of tpud holds one (handlers.c and compute.c
+ * BF16, FP64, MatMul's operands too). No answer of tpud holds one (dispatch/methods.c and compute/mmpool.c
  * refuse a result that overflows), JSON cannot carry one, and a NaN in a score is worse than an
  * error: computing on it would only hide where it came from.
  */

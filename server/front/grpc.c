@@ -3,7 +3,7 @@
  * v2 and Triton client libraries, grpcurl, h2load) talk to tpud unchanged.
  *
  * DESIGN
- * A connection on the native port speaks either tpud's framed protocol or HTTP/2; io.c decides
+ * A connection on the native port speaks either tpud's framed protocol or HTTP/2; framed.c decides
  * from its first bytes (the HTTP/2 preface starts with 'P', a frame with flag 0 or 1) or from
  * ALPN "h2" under TLS, and then hands an HTTP/2 connection's bytes to this file. Everything
  * above the wire is shared with every protocol: each gRPC call becomes a request of the
@@ -15,13 +15,13 @@
  * HEADERS, DATA (the 5-byte prefix and the message) and trailers (grpc-status, grpc-message),
  * or one trailers-only HEADERS frame for an error.
  *
- * The nghttp2 session does no I/O: io.c feeds it the connection's flat input buffer (sock.h;
+ * The nghttp2 session does no I/O: framed.c feeds it the connection's flat input buffer (sock.h;
  * tpu__grpc_recv, in slices, checking back-pressure between slices) and drains its output into
  * the connection's output evbuffer
  * (tpu__grpc_output, stopping at max-unsent-bytes; the write callback asks for more). Answers
- * submitted from inside a receive callback are only queued; io.c writes after the input is
+ * submitted from inside a receive callback are only queued; framed.c writes after the input is
  * processed. An answer from a completion is pulled at once and written by the deferred flush
- * after the batch of completions (tpu__conn_flush).
+ * after the batch of completions (the host's flush).
  *
  * Not gRPC: a request whose content-type is missing or not application/grpc gets HTTP 415 (and
  * grpc-status INVALID_ARGUMENT), a method other than POST 405, so no other HTTP/2 client reads
@@ -242,7 +242,7 @@ static void dispatch(tpu__h2_t *h, h2_stream_t *s) {
     return;
   }
   /* Calls of reset streams keep counting until their compute ends; within one input slice the
-   * pause in io.c cannot stop dispatch, so this is the hard bound. */
+   * pause in framed.c cannot stop dispatch, so this is the hard bound. */
   if (conn->ncalls >= (size_t)srv->cfg.max_inflight_per_conn + srv->cfg.grpc_max_streams) {
     snprintf(msg, sizeof msg, "%zu calls in flight on this connection (max-inflight-per-conn %u "
              "plus grpc-max-streams %u), counting those of reset streams", conn->ncalls,
@@ -522,7 +522,7 @@ static int on_error(nghttp2_session *session, int lib_error_code, const char *ms
   return 0;
 }
 
-/* ---- the interface to io.c and handlers.c ---- */
+/* ---- the interface to framed.c ---- */
 
 int tpu__grpc_open(tpu__conn_t *conn, const tpu__grpc_host_t *host) {
   const tpu_config_t *cfg = &conn->origin.srv->cfg;
@@ -637,7 +637,7 @@ void tpu__grpc_send(tpu__conn_t *conn, const tpu_envelope_response_t *resp) {
       s->out_len = TPU_FRAME_HEADER_SIZE + len;
       s->out_off = 0;
       h->pending_out += s->out_len;
-      tpu_stats_inc(&tpu_stats.buffered_bytes, s->out_len); /* max-buffered-bytes (io.c) */
+      tpu_stats_inc(&tpu_stats.buffered_bytes, s->out_len); /* max-buffered-bytes (dispatch/call.c) */
       s->state = S_ANSWERED;
       nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
                           NV("grpc-accept-encoding", "identity")};

@@ -30,11 +30,14 @@
  * (half-close); one whose socket fails has its calls' cancel flags set, and the connection
  * lingers until their completions come back.
  *
- * Infer: the body becomes a ModelInferRequest through proto/tpu_oip_json (the same JSON dialect
- * tpuctl sends over the native protocol), other numeric datatypes are converted to the model's
- * FP32, and the request enters tpu__infer_submit (handlers.c), the native protocol's own path.
- * The completion comes back to this I/O thread (io.c → tpu__http_done), where the response is
- * formatted with tpu_oip_json_infer_response_format. Compute never runs here.
+ * Requests: route.c maps the path to an endpoint. A method's request (health, metadata, ready,
+ * the repository index, infer) goes to tpu__dispatch (dispatch/call.h), every protocol's one
+ * path, with a decoder that makes the OIP message from the path or the JSON body (infer: through
+ * proto/tpu_oip_json, the dialect tpuctl sends too, numeric datatypes converted to the model's
+ * FP32). Answers come back through the connection's origin (origin_respond), which formats the
+ * answer message as OIP REST JSON and maps its status with proto/tpu_status.h. /metrics and
+ * /v2/debug are this port's own pages (metrics.c, pages.c), authorized by dispatch too. Compute
+ * never runs here.
  *
  * TLS (--http-tls with --tls-cert): the same fd carries an SSL (tls.h) in accept state. The
  * handshake is driven from the read and write events without blocking (SSL_do_handshake until it
@@ -43,7 +46,7 @@
  * whole leaves nothing the fd's readiness would announce); writes go through SSL_write in chunks
  * of at most a record, retried with the same length after WANT_WRITE.
  *
- * Access control (auth.h): each request is decided in route() before it is served, from its
+ * Access control (auth.h): each request is decided by dispatch before it is served, from its
  * Authorization header and the connection's client certificate: 401 with WWW-Authenticate:
  * Bearer, or 403. Health is open with --auth-open-health (default), /metrics with
  * --auth-open-metrics, /v2/debug/... needs admin, everything else infer.

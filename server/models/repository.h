@@ -213,7 +213,7 @@ void tpu__repo_free(tpu__repo_t *r);
 tpu__models_t *tpu__models_acquire(struct tpu_server *srv);
 /* Releases a table reference; accepts NULL. */
 void tpu__models_release(tpu__models_t *t);
-/* Releases a model reference (from tpu__server_find_model, tpu__infer_submit or a call);
+/* Releases a model reference (from tpu__server_find_model or a call);
  * accepts NULL. The last release of an instance hands it to the repository thread to free. */
 void tpu__model_release(tpu__model_t *m);
 /* Takes one more reference to m. */

@@ -29,7 +29,7 @@
 static void on_read(evutil_socket_t fd, short what, void *arg);
 
 /* Every output buffer counts its bytes in the process-wide gauge that --max-buffered-bytes
- * bounds (io.c tpu__budget_reserve): libevent calls this after each change of its length. */
+ * bounds (dispatch/call.c tpu__budget_reserve): libevent calls this after each change of its length. */
 static void count_output(struct evbuffer *b, const struct evbuffer_cb_info *info, void *arg) {
   if (info->n_added) tpu_stats_inc(&tpu_stats.buffered_bytes, info->n_added);
   if (info->n_deleted) tpu_stats_sub(&tpu_stats.buffered_bytes, info->n_deleted);

@@ -1,5 +1,5 @@
 /*
- * sock.h - the connection I/O layer of both ports: the native port (io.c: framed protocol and
+ * sock.h - the connection I/O layer of both ports: the native port (front/framed.c: framed protocol and
  * gRPC over HTTP/2) and the HTTP port (http.c). Only the I/O thread that owns a socket touches it.
  *
  * DESIGN

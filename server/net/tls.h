@@ -23,7 +23,7 @@
  * ALPN: the native port selects "h2" (gRPC over HTTP/2, grpc.c) or "tpud/1" (the framed
  * protocol), whichever the client offers, h2 first; the HTTP port selects "http/1.1". A client
  * that offers no ALPN, or none we know, still connects (no ALPN in the answer) and the native
- * port tells the two protocols apart by the first bytes (io.c).
+ * port tells the two protocols apart by the first bytes (front/framed.c).
  */
 #ifndef TPU_TLS_H
 #define TPU_TLS_H
