@@ -285,7 +285,10 @@ static void serve_infer(tpu__call_t *call) {
   b->done = infer_done;
   b->done_ctx = call;
   code = tpu_batcher_submit(m->batcher, b, msg, sizeof msg);
-  if (code == TPU_CODE_RESOURCE_EXHAUSTED) code = TPU_CODE_OVERLOADED; /* its queue is full */
+  /* The batcher's RESOURCE_EXHAUSTED: a request larger than its whole queue (never fits: as
+   * is), or a queue full now (try again later: OVERLOADED, HTTP 503). */
+  if (code == TPU_CODE_RESOURCE_EXHAUSTED && res.rows <= srv->cfg.queue_rows)
+    code = TPU_CODE_OVERLOADED;
   if (code != TPU_CODE_OK) goto refuse;
   tpu__call_track(call);
   return;
