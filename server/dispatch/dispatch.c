@@ -96,7 +96,10 @@ void tpu__dispatch(tpu__origin_t *o, const tpu__request_t *r) {
   if (code != TPU_CODE_OK) goto refuse;
   if (!m) {
     const tpu_method_info_t *info = tpu_envelope_method_info(r->method);
-    snprintf(msg, sizeof msg, "method %s is not served", info ? info->name : "?");
+    if (info)
+      snprintf(msg, sizeof msg, "method %s is not served", info->name);
+    else
+      snprintf(msg, sizeof msg, "method %d is not served: not a method of this tpud", r->method);
     code = TPU_CODE_UNIMPLEMENTED;
     goto refuse;
   }
