@@ -4,52 +4,40 @@
  *
  * DESIGN
  * One thread and one epoll loop drive every connection (the machine this runs on is small and
- * the server needs the other cores). Each connection is a non-blocking socket with an output
- * buffer and an input buffer; requests are pre-encoded once (the HTTP request bytes, or the
- * serialized ModelInferRequest that each native frame wraps with its own id), so the loop only
- * copies bytes, parses response framing and records latencies.
- *  - native: frames of proto/tpu_frame.h around envelopes of proto/tpu_envelope.h (what
- *    libtpuclient sends; libtpuclient itself has no way to wait on many handles in one thread,
- *    so the loop speaks the same framing directly); responses may come back out of order and are
- *    matched by id.
- *  - http: a minimal keep-alive HTTP/1.1 client: Content-Length bodies only (what tpud sends),
- *    requests pipelined up to the depth, a reconnect when the server closes.
- * Closed loop: every connection keeps `depth` requests in flight; latency is send → response.
+ * the server needs the other cores). Each connection is a libtpuclient tpu_client_async_t:
+ * the library owns the socket, TLS, framing (native envelopes, or HTTP/1.1 keep-alive with
+ * pipelining) and the matching of answers to requests; this file owns the schedule, the epoll
+ * registrations and the statistics. The request is prepared once (the serialized
+ * ModelInferRequest that each native frame wraps with its own id, sent with
+ * tpu_client_async_send_packed() so answers are not decoded either; or the JSON body that each
+ * HTTP POST carries), so the loop only submits, steps and records latencies.
+ * Closed loop: every connection keeps `depth` requests in flight; latency is submit → answer.
  * Open loop (--rate R): request k is due at start + k/R and goes to connection k mod N as soon as
- * it is due, whatever is in flight; its latency is measured from the time it was due, so a
- * stalled server is charged for every request it delayed (no coordinated omission).
+ * it is due, whatever is in flight; its latency is measured from the time it was due (carried
+ * as the request's tag), so a stalled server is charged for every request it delayed (no
+ * coordinated omission). The answer's time is the library's (when its last byte was parsed).
  * Latencies go into a log-linear histogram (1/64 relative precision) in nanoseconds.
- * TLS (--tls-ca / --tls): each connection handshakes (blocking, at connect, before it counts)
- * and then moves its bytes through SSL_read/SSL_write on the same non-blocking socket; reading
- * loops until OpenSSL wants more bytes, so nothing decrypted waits unseen. A --token goes into
- * each request: envelope metadata "authorization" (native) or an Authorization header (http).
+ * A connection the server closes (or that breaks) fails its requests in flight and is replaced
+ * by a new one at once (counted in "reconnects"); a connect that fails ends the run. Connections
+ * are all up (TCP, and TLS handshakes with --tls) before the clock starts.
+ * TLS (--tls-ca / --tls) and --token are the library's options: ALPN tpud/1 or http/1.1, the
+ * token as envelope metadata "authorization" (native) or an Authorization header (http).
  */
-#define _GNU_SOURCE /* memmem */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/epoll.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
 
-#include "tpu_envelope.h"
-#include "tpu_frame.h"
 #include "tpu_oip_json.h"
 #include "tpuclient.h"
 
@@ -276,34 +264,21 @@ static uint64_t hpct(const hist_t *h, double p) {
 /* ---- connections ---- */
 
 typedef struct {
-  uint64_t id;
-  uint64_t t; /* ns: send time (closed loop) or scheduled time (open loop) */
-} inflight_t;
-
-typedef struct {
-  int fd;
-  SSL *ssl; /* TLS, or NULL */
-  char *out;
-  size_t olen, ocap, osent;
-  char *in;
-  size_t ilen, icap;
-  inflight_t *fl; /* FIFO ring (HTTP answers in order; native matched by id) */
-  size_t flcap, flhead, nfl;
-  uint64_t next_id;
-  bool want_write;
+  tpu_client_async_t *a;
+  int fd;       /* the descriptor registered with epoll, or -1 */
+  uint32_t ev;  /* the events registered for it */
+  unsigned nfl; /* requests submitted whose results have not been taken yet */
 } conn_t;
 
 typedef struct {
   opts_t o;
-  char host[256], port[16];
-  struct addrinfo *ai;
-  SSL_CTX *ssl_ctx; /* --tls */
-  char *authz;      /* "Bearer <token>", or NULL */
+  tpu_client_options_t co; /* connection options: timeouts, TLS, token */
   int ep;
   conn_t *c;
-  /* The request: HTTP bytes, or the native payload (serialized ModelInferRequest). */
+  /* The request: the JSON body (http) or the serialized ModelInferRequest (native). */
   char *req;
   size_t req_len;
+  char path[600]; /* http: POST target */
   size_t rows;
   /* Results. */
   bool measuring, stop_sending;
@@ -350,248 +325,156 @@ static void grow(char **p, size_t *cap, size_t need) {
   *cap = n;
 }
 
-static int connect_fd(bench_t *b) {
-  for (struct addrinfo *ai = b->ai; ai; ai = ai->ai_next) {
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) continue;
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      int fl = fcntl(fd, F_GETFL);
-      if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
-        close(fd);
-        continue;
-      }
-      return fd;
-    }
-    close(fd);
+static tpu_client_protocol_t protocol(const bench_t *b) {
+  return b->o.http ? TPU_CLIENT_PROTOCOL_HTTP : TPU_CLIENT_PROTOCOL_NATIVE;
+}
+
+/* epoll's readiness as poll's (the same bits on Linux; spelled out so nothing rests on it). */
+static int poll_events(uint32_t e) {
+  return (e & EPOLLIN ? POLLIN : 0) | (e & EPOLLOUT ? POLLOUT : 0) |
+         (e & EPOLLERR ? POLLERR : 0) | (e & EPOLLHUP ? POLLHUP : 0);
+}
+
+static uint32_t epoll_events(int e) {
+  return (e & POLLIN ? EPOLLIN : 0) | (e & POLLOUT ? EPOLLOUT : 0);
+}
+
+/*
+ * Brings c's epoll registration in line with what its connection waits for now. The library
+ * closes a socket when an address fails or the connection ends (which takes it out of epoll)
+ * and may then get the same number for a new one, so while connecting the registration is
+ * re-asserted every time (MOD, or ADD where the number is new to epoll).
+ */
+static void sync_poll(bench_t *b, conn_t *c) {
+  int fd = tpu_client_async_fd(c->a);
+  uint32_t ev = epoll_events(tpu_client_async_events(c->a));
+  if (fd < 0) {
+    c->fd = -1;
+    return;
   }
-  return -1;
-}
-
-/* TLS over a connected socket: a blocking handshake (set-up, not measured), then non-blocking. */
-static SSL *tls_wrap(bench_t *b, int fd) {
-  if (!b->ssl_ctx) return NULL;
-  SSL *ssl = SSL_new(b->ssl_ctx);
-  if (!ssl || SSL_set_fd(ssl, fd) != 1) die("TLS: out of memory");
-  unsigned char ip[16];
-  int is_ip = inet_pton(AF_INET, b->host, ip) == 1 || inet_pton(AF_INET6, b->host, ip) == 1;
-  if (!is_ip) SSL_set_tlsext_host_name(ssl, b->host);
-  if ((is_ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), b->host)
-             : SSL_set1_host(ssl, b->host)) != 1)
-    die("TLS: cannot verify against '%s'", b->host);
-  int fl = fcntl(fd, F_GETFL);
-  fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-  if (SSL_connect(ssl) != 1) {
-    long vr = SSL_get_verify_result(ssl);
-    char why[256];
-    ERR_error_string_n(ERR_get_error(), why, sizeof why);
-    die("TLS handshake with %s failed: %s", b->o.addr,
-        vr != X509_V_OK ? X509_verify_cert_error_string(vr) : why);
+  if (fd == c->fd && ev == c->ev && tpu_client_async_connected(c->a)) return;
+  struct epoll_event e = {.events = ev, .data.ptr = c};
+  if (epoll_ctl(b->ep, EPOLL_CTL_MOD, fd, &e) != 0) {
+    if (errno != ENOENT || epoll_ctl(b->ep, EPOLL_CTL_ADD, fd, &e) != 0)
+      die("epoll_ctl: %s", strerror(errno));
   }
-  fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-  return ssl;
-}
-
-/* send(2)/recv(2) or their TLS equivalents: -1 with errno EAGAIN when the socket is not ready. */
-static ssize_t c_send(conn_t *c, const void *p, size_t n) {
-  if (!c->ssl) return send(c->fd, p, n, MSG_NOSIGNAL);
-  int r = SSL_write(c->ssl, p, (int)(n > (1u << 30) ? 1u << 30 : n));
-  if (r > 0) return r;
-  int e = SSL_get_error(c->ssl, r);
-  errno = e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ ? EAGAIN : EPIPE;
-  return -1;
-}
-
-static ssize_t c_recv(conn_t *c, void *p, size_t n) {
-  if (!c->ssl) return recv(c->fd, p, n, 0);
-  int r = SSL_read(c->ssl, p, (int)(n > (1u << 30) ? 1u << 30 : n));
-  if (r > 0) return r;
-  int e = SSL_get_error(c->ssl, r);
-  if (e == SSL_ERROR_ZERO_RETURN) return 0;
-  errno = e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ ? EAGAIN : EPIPE;
-  return -1;
+  c->fd = fd;
+  c->ev = ev;
 }
 
 static void conn_open(bench_t *b, conn_t *c) {
-  c->fd = connect_fd(b);
-  if (c->fd < 0) die("connect to %s: %s", b->o.addr, strerror(errno));
-  c->ssl = tls_wrap(b, c->fd);
-  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-  if (epoll_ctl(b->ep, EPOLL_CTL_ADD, c->fd, &ev) != 0) die("epoll_ctl: %s", strerror(errno));
-  c->want_write = false;
+  c->fd = -1;
+  c->ev = 0;
+  c->nfl = 0;
+  if (tpu_client_async_connect(b->o.addr, &b->co, protocol(b), &c->a) != TPU_CLIENT_OK)
+    die("%s", tpu_client_async_errmsg(c->a));
+  sync_poll(b, c);
 }
 
-static void set_write(bench_t *b, conn_t *c, bool on) {
-  if (c->want_write == on) return;
-  c->want_write = on;
-  struct epoll_event ev = {.events = EPOLLIN | (on ? EPOLLOUT : 0), .data.ptr = c};
-  epoll_ctl(b->ep, EPOLL_CTL_MOD, c->fd, &ev);
-}
-
-static void flush_out(bench_t *b, conn_t *c) {
-  while (c->osent < c->olen) {
-    ssize_t n = c_send(c, c->out + c->osent, c->olen - c->osent);
-    if (n > 0) {
-      c->osent += (size_t)n;
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      set_write(b, c, true);
-      return;
-    }
-    return; /* an error: the read side will see the connection go */
-  }
-  c->olen = c->osent = 0;
-  set_write(b, c, false);
-}
-
-/* Queues one request on c, recording t (send or scheduled time). */
-static void send_req(bench_t *b, conn_t *c, uint64_t t) {
-  if (c->nfl == c->flcap) {
-    size_t ncap = c->flcap ? c->flcap * 2 : 8;
-    inflight_t *fl = malloc(ncap * sizeof *fl);
-    if (!fl) die("out of memory");
-    for (size_t i = 0; i < c->nfl; i++) fl[i] = c->fl[(c->flhead + i) % c->flcap];
-    free(c->fl);
-    c->fl = fl;
-    c->flcap = ncap;
-    c->flhead = 0;
-  }
-  uint64_t id = ++c->next_id;
-  c->fl[(c->flhead + c->nfl++) % c->flcap] = (inflight_t){id, t};
-  if (b->o.http) {
-    grow(&c->out, &c->ocap, c->olen + b->req_len);
-    memcpy(c->out + c->olen, b->req, b->req_len);
-    c->olen += b->req_len;
-  } else {
-    tpu_envelope_request_t r = {.id = id, .method = TPUD__METHOD__MODEL_INFER,
-                                .payload = (const uint8_t *)b->req, .payload_len = b->req_len};
-    const char *md[2] = {"authorization", b->authz};
-    if (b->authz) {
-      r.metadata = md;
-      r.n_metadata = 1;
-    }
-    size_t need = 0;
-    tpu_proto_error_t perr;
-    grow(&c->out, &c->ocap, c->olen + b->req_len + 64);
-    tpu_proto_status_t st = tpu_envelope_encode_request(&r, (uint8_t *)c->out + c->olen,
-                                                        c->ocap - c->olen, &need, &perr);
-    if (st == TPU_PROTO_ENOSPC) {
-      grow(&c->out, &c->ocap, c->olen + need);
-      st = tpu_envelope_encode_request(&r, (uint8_t *)c->out + c->olen, c->ocap - c->olen,
-                                       &need, &perr);
-    }
-    if (st != TPU_PROTO_OK) die("encoding a request: %s", perr.msg);
-    c->olen += need;
-  }
-  if (b->measuring) b->sent_measured++;
-}
-
-/* Completes the in-flight request `id` (0: the oldest), with status name NULL for success. */
-static void complete(bench_t *b, conn_t *c, uint64_t id, const char *err) {
-  uint64_t now = now_ns();
-  size_t k = 0;
-  if (id) {
-    for (k = 0; k < c->nfl; k++)
-      if (c->fl[(c->flhead + k) % c->flcap].id == id) break;
-    if (k == c->nfl) return; /* not ours */
-  }
-  if (!c->nfl) return;
-  size_t at = (c->flhead + k) % c->flcap;
-  uint64_t t = c->fl[at].t;
-  /* Remove slot k: shift the ones before it forward (k is 0 almost always). */
-  for (size_t j = k; j > 0; j--)
-    c->fl[(c->flhead + j) % c->flcap] = c->fl[(c->flhead + j - 1) % c->flcap];
-  c->flhead = (c->flhead + 1) % c->flcap;
-  c->nfl--;
+/* Records one result. Names of failures: the server's code (native), http_NNN (http), or
+ * connection_closed / protocol_error for requests the connection took down with it. */
+static void complete(bench_t *b, tpu_client_result_t *r) {
   if (!b->measuring) return;
+  tpu_client_status_t st = tpu_client_result_status(r);
+  char name[24];
+  const char *err = NULL;
+  if (!tpu_client_result_answered(r)) {
+    err = st == TPU_CLIENT_CLOSED ? "connection_closed" : "protocol_error";
+  } else if (b->o.http) {
+    int hs = tpu_client_result_http_status(r);
+    if (hs != 200) {
+      snprintf(name, sizeof name, "http_%d", hs);
+      err = name;
+    }
+  } else if (st != TPU_CLIENT_OK) {
+    err = tpu_client_status_name(st) ? tpu_client_status_name(st) : "UNKNOWN";
+  }
   if (err) {
     count_error(b, err);
     return;
   }
+  int64_t done;
+  tpu_client_result_times(r, NULL, &done);
+  uint64_t t = tpu_client_result_tag(r); /* send or scheduled time, ns */
   b->ok++;
-  hrecord(&b->h, now > t ? now - t : 0);
+  hrecord(&b->h, (uint64_t)done > t ? (uint64_t)done - t : 0);
 }
 
-/* Parses complete responses out of c->in; returns -1 when the stream is broken. */
-static int parse_in(bench_t *b, conn_t *c) {
-  size_t off = 0;
-  for (;;) {
-    const char *p = c->in + off;
-    size_t avail = c->ilen - off;
-    if (b->o.http) {
-      const char *end = memmem(p, avail, "\r\n\r\n", 4);
-      if (!end) break;
-      size_t hlen = (size_t)(end - p) + 4;
-      int status = 0;
-      if (avail < 12 || sscanf(p, "HTTP/1.%*c %d", &status) != 1) return -1;
-      long long clen = -1;
-      bool close_after = false;
-      for (const char *l = memchr(p, '\n', hlen); l && l < end; l = memchr(l + 1, '\n', (size_t)(end - l))) {
-        if (!strncasecmp(l + 1, "Content-Length:", 15)) clen = atoll(l + 16);
-        if (!strncasecmp(l + 1, "Connection:", 11) && strstr(l + 12, "close") &&
-            strstr(l + 12, "close") < end)
-          close_after = true;
-      }
-      if (clen < 0) return -1;
-      if (avail < hlen + (size_t)clen) break;
-      char name[24];
-      snprintf(name, sizeof name, "http_%d", status);
-      complete(b, c, 0, status == 200 ? NULL : name);
-      off += hlen + (size_t)clen;
-      if (close_after) return -1;
-    } else {
-      if (avail < TPU_FRAME_HEADER_SIZE) break;
-      uint32_t len;
-      tpu_proto_error_t perr;
-      if (tpu_frame_parse_header((const uint8_t *)p, 0, &len, &perr) != TPU_PROTO_OK) return -1;
-      if (avail < TPU_FRAME_HEADER_SIZE + (size_t)len) break;
-      Tpud__ResponseEnvelope *env = NULL;
-      if (tpu_envelope_decode_response((const uint8_t *)p + TPU_FRAME_HEADER_SIZE, len, SIZE_MAX,
-                                       &env, &perr) != TPU_PROTO_OK)
-        return -1;
-      uint64_t id = env->id;
-      int code = (int)env->code;
-      tpu_envelope_response_free(env);
-      if (id == 0) return -1; /* a connection-level error */
-      const char *nm = tpu_client_status_name((tpu_client_status_t)code);
-      complete(b, c, id, code == 0 ? NULL : nm ? nm : "UNKNOWN");
-      off += TPU_FRAME_HEADER_SIZE + len;
-    }
+static void drain(bench_t *b, conn_t *c) {
+  tpu_client_result_t *r;
+  while ((r = tpu_client_async_next(c->a))) {
+    if (c->nfl) c->nfl--;
+    complete(b, r);
+    tpu_client_result_free(r);
   }
-  if (off) {
-    memmove(c->in, c->in + off, c->ilen - off);
-    c->ilen -= off;
-  }
-  return 0;
 }
 
-static void conn_reset(bench_t *b, conn_t *c, const char *why) {
-  epoll_ctl(b->ep, EPOLL_CTL_DEL, c->fd, NULL);
-  if (c->ssl) SSL_free(c->ssl);
-  c->ssl = NULL;
-  close(c->fd);
-  while (c->nfl) complete(b, c, 0, why);
-  c->ilen = c->olen = c->osent = 0;
+/* Replaces a connection that is gone (its requests have had their results). */
+static void conn_reset(bench_t *b, conn_t *c) {
+  if (tpu_client_async_status(c->a) == TPU_CLIENT_CONNECT_FAILED)
+    die("%s", tpu_client_async_errmsg(c->a));
+  tpu_client_async_free(c->a); /* closing the socket also takes it out of epoll */
   b->reconnects++;
   conn_open(b, c);
 }
 
-static void on_readable(bench_t *b, conn_t *c) {
-  for (;;) {
-    grow(&c->in, &c->icap, c->ilen + 65536);
-    ssize_t n = c_recv(c, c->in + c->ilen, c->icap - c->ilen);
-    if (n > 0) {
-      c->ilen += (size_t)n;
-      if ((size_t)n < 65536 && !c->ssl) break; /* TLS: read until OpenSSL wants more bytes */
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    conn_reset(b, c, "connection_closed");
-    return;
+/* One step with the readiness epoll reported (0: none, just timers and queued output), then
+ * the results, then a new connection if this one is gone. */
+static void kick(bench_t *b, conn_t *c, int revents) {
+  tpu_client_status_t st = tpu_client_async_step(c->a, revents);
+  drain(b, c);
+  if (st != TPU_CLIENT_OK) conn_reset(b, c);
+  sync_poll(b, c);
+}
+
+/* Queues one request on c, tagged with t (send or scheduled time, ns); it leaves at the next
+ * step. False when the connection would not take it (it is gone: the next kick replaces it). */
+static bool send_req(bench_t *b, conn_t *c, uint64_t t) {
+  tpu_client_status_t st =
+      b->o.http ? tpu_client_async_send_http(c->a, "POST", b->path, "application/json", b->req,
+                                             b->req_len, TPU_CLIENT_NO_TIMEOUT, t, NULL)
+                : tpu_client_async_send_packed(c->a, TPUD__METHOD__MODEL_INFER, b->req,
+                                               b->req_len, TPU_CLIENT_NO_TIMEOUT, t, NULL);
+  if (st != TPU_CLIENT_OK) return false;
+  c->nfl++;
+  if (b->measuring) b->sent_measured++;
+  return true;
+}
+
+/* Closed loop: tops c up to `depth` requests in flight and sends them in one write. */
+static void refill(bench_t *b, conn_t *c) {
+  uint64_t t = now_ns();
+  while (c->nfl < b->o.depth && send_req(b, c, t)) {
   }
-  if (parse_in(b, c) != 0) conn_reset(b, c, "protocol_error");
+  kick(b, c, 0);
+}
+
+/* Starts every connection and waits until all are up (not measured); any failure ends the run. */
+static void connect_all(bench_t *b) {
+  for (unsigned i = 0; i < b->o.conns; i++) conn_open(b, &b->c[i]);
+  struct epoll_event evs[256];
+  for (;;) {
+    unsigned up = 0;
+    for (unsigned i = 0; i < b->o.conns; i++) {
+      conn_t *c = &b->c[i];
+      if (tpu_client_async_connected(c->a)) {
+        up++;
+        continue;
+      }
+      /* Timers (the connect deadline) need steps even without events. */
+      if (tpu_client_async_step(c->a, 0) != TPU_CLIENT_OK) die("%s", tpu_client_async_errmsg(c->a));
+      sync_poll(b, c);
+    }
+    if (up == b->o.conns) return;
+    int n = epoll_wait(b->ep, evs, 256, 10);
+    if (n < 0 && errno != EINTR) die("epoll_wait: %s", strerror(errno));
+    for (int i = 0; i < n; i++) {
+      conn_t *c = evs[i].data.ptr;
+      if (tpu_client_async_step(c->a, poll_events(evs[i].events)) != TPU_CLIENT_OK)
+        die("%s", tpu_client_async_errmsg(c->a));
+      sync_poll(b, c);
+    }
+  }
 }
 
 /* ---- set-up: the request body ---- */
@@ -613,36 +496,23 @@ static char *read_file(const char *path, size_t *len) {
   return buf;
 }
 
-/* A blocking GET for set-up (HTTP): returns the body, NULL with *status on failure. */
-static char *http_get(bench_t *b, const char *path, int *status) {
-  int fd = connect_fd(b);
-  if (fd < 0) die("connect to %s: %s", b->o.addr, strerror(errno));
-  conn_t hc = {.fd = fd, .ssl = tls_wrap(b, fd)};
-  int fl = fcntl(fd, F_GETFL);
-  fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-  char req[2048];
-  int n = snprintf(req, sizeof req,
-                   "GET %s HTTP/1.1\r\nHost: %s\r\n%s%s%sConnection: close\r\n\r\n", path,
-                   b->host, b->authz ? "Authorization: " : "", b->authz ? b->authz : "",
-                   b->authz ? "\r\n" : "");
-  if (c_send(&hc, req, (size_t)n) != n) die("send: %s", strerror(errno));
-  char *buf = NULL;
-  size_t cap = 0, len = 0;
-  for (;;) {
-    grow(&buf, &cap, len + 65536);
-    ssize_t r = c_recv(&hc, buf + len, cap - len - 1);
-    if (r <= 0) break;
-    len += (size_t)r;
-  }
-  if (hc.ssl) SSL_free(hc.ssl);
-  close(fd);
-  if (!buf) die("no answer from %s", b->o.addr);
-  buf[len] = 0;
-  *status = 0;
-  sscanf(buf, "HTTP/1.%*c %d", status);
-  char *body = strstr(buf, "\r\n\r\n");
-  char *out = strdup(body ? body + 4 : "");
-  free(buf);
+/* A GET for set-up (HTTP), on a connection of its own: returns the body of a 200 answer. */
+static char *http_get(bench_t *b, const char *path) {
+  tpu_client_async_t *h = NULL;
+  tpu_client_result_t *r = NULL;
+  if (tpu_client_async_connect(b->o.addr, &b->co, TPU_CLIENT_PROTOCOL_HTTP, &h) != TPU_CLIENT_OK ||
+      tpu_client_async_send_http(h, "GET", path, NULL, NULL, 0, 0, 0, NULL) != TPU_CLIENT_OK ||
+      tpu_client_async_wait(h, 0, &r) != TPU_CLIENT_OK)
+    die("%s", tpu_client_async_errmsg(h));
+  size_t len;
+  const char *body = tpu_client_result_payload(r, &len);
+  if (!tpu_client_result_answered(r)) die("GET %s: %s", path, tpu_client_result_error(r));
+  if (tpu_client_result_http_status(r) != 200)
+    die("GET %s: HTTP %d: %s", path, tpu_client_result_http_status(r), body);
+  char *out = strdup(body);
+  if (!out) die("out of memory");
+  tpu_client_result_free(r);
+  tpu_client_async_free(h);
   return out;
 }
 
@@ -653,22 +523,12 @@ static void model_input(bench_t *b, char *name, size_t namecap, size_t *width) {
     char path[600];
     snprintf(path, sizeof path, "/v2/models/%s%s%s", b->o.model, b->o.version ? "/versions/" : "",
              b->o.version ? b->o.version : "");
-    int status;
-    char *body = http_get(b, path, &status);
-    if (status != 200) die("GET %s: HTTP %d: %s", path, status, body);
+    char *body = http_get(b, path);
     root = json_loads(body, 0, NULL);
     free(body);
   } else {
-    tpu_client_options_t co;
-    tpu_client_options_init(&co);
-    co.connect_timeout_ms = co.timeout_ms = b->o.timeout_ms;
-    co.tls = b->o.tls;
-    co.tls_ca_file = b->o.tls_ca;
-    co.tls_cert_file = b->o.tls_cert;
-    co.tls_key_file = b->o.tls_key;
-    co.token = b->o.token;
     tpu_client_t *cl = NULL;
-    if (tpu_client_connect(b->o.addr, &co, &cl) != TPU_CLIENT_OK)
+    if (tpu_client_connect(b->o.addr, &b->co, &cl) != TPU_CLIENT_OK)
       die("%s", tpu_client_errmsg(cl));
     Inference__ModelMetadataResponse *md = NULL;
     if (tpu_client_model_metadata(cl, b->o.model, b->o.version, 0, &md) != TPU_CLIENT_OK)
@@ -720,19 +580,11 @@ static void build_request(bench_t *b) {
   if (st != TPU_OIP_JSON_OK) die("request body: %s: %s", tpu_oip_json_strerror(st), err);
   b->rows = q->n_inputs && q->inputs[0]->n_shape ? (size_t)q->inputs[0]->shape[0] : 1;
   if (b->o.http) {
-    char head[1024];
-    int hn = snprintf(head, sizeof head,
-                      "POST /v2/models/%s%s%s/infer HTTP/1.1\r\nHost: %s\r\n%s%s%s"
-                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                      b->o.model, b->o.version ? "/versions/" : "",
-                      b->o.version ? b->o.version : "", b->host,
-                      b->authz ? "Authorization: " : "", b->authz ? b->authz : "",
-                      b->authz ? "\r\n" : "", blen);
-    b->req_len = (size_t)hn + blen;
-    b->req = malloc(b->req_len);
-    if (!b->req) die("out of memory");
-    memcpy(b->req, head, (size_t)hn);
-    memcpy(b->req + hn, body, blen);
+    snprintf(b->path, sizeof b->path, "/v2/models/%s%s%s/infer", b->o.model,
+             b->o.version ? "/versions/" : "", b->o.version ? b->o.version : "");
+    b->req = body; /* sent as it is */
+    b->req_len = blen;
+    body = NULL;
   } else {
     b->req_len = protobuf_c_message_get_packed_size(&q->base);
     b->req = malloc(b->req_len ? b->req_len : 1);
@@ -823,58 +675,21 @@ int main(int argc, char **argv) {
   bench_t *b = &bench;
   int rc = parse_opts(argc, argv, &b->o);
   if (rc) return rc;
-  /* Address. */
-  const char *a = b->o.addr, *colon = strrchr(a, ':');
-  if (a[0] == '[') {
-    const char *close_br = strchr(a, ']');
-    if (!close_br || close_br[1] != ':') die("--addr %s: expected [IPv6]:PORT", a);
-    snprintf(b->host, sizeof b->host, "%.*s", (int)(close_br - a - 1), a + 1);
-    snprintf(b->port, sizeof b->port, "%s", close_br + 2);
-  } else if (colon) {
-    snprintf(b->host, sizeof b->host, "%.*s", (int)(colon - a), a);
-    snprintf(b->port, sizeof b->port, "%s", colon + 1);
-  } else {
-    snprintf(b->host, sizeof b->host, "%s", a);
-    snprintf(b->port, sizeof b->port, "%s", b->o.http ? "8501" : "8500");
-  }
-  struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
-  int gai = getaddrinfo(b->host, b->port, &hints, &b->ai);
-  if (gai) die("--addr %s: %s", a, gai_strerror(gai));
-  signal(SIGPIPE, SIG_IGN);
-  if (b->o.token) {
-    size_t n = strlen(b->o.token) + 8;
-    b->authz = malloc(n);
-    if (!b->authz) die("out of memory");
-    snprintf(b->authz, n, "Bearer %s", b->o.token);
-  }
-  if (b->o.tls) {
-    b->ssl_ctx = SSL_CTX_new(TLS_client_method());
-    if (!b->ssl_ctx) die("TLS: out of memory");
-    SSL_CTX_set_min_proto_version(b->ssl_ctx, TLS1_2_VERSION);
-    SSL_CTX_set_mode(b->ssl_ctx,
-                     SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    if ((b->o.tls_ca ? SSL_CTX_load_verify_locations(b->ssl_ctx, b->o.tls_ca, NULL)
-                     : SSL_CTX_set_default_verify_paths(b->ssl_ctx)) != 1)
-      die("--tls-ca %s: cannot load", b->o.tls_ca ? b->o.tls_ca : "(system)");
-    SSL_CTX_set_verify(b->ssl_ctx, SSL_VERIFY_PEER, NULL);
-    if (b->o.tls_cert &&
-        (SSL_CTX_use_certificate_chain_file(b->ssl_ctx, b->o.tls_cert) != 1 ||
-         SSL_CTX_use_PrivateKey_file(b->ssl_ctx, b->o.tls_key ? b->o.tls_key : b->o.tls_cert,
-                                     SSL_FILETYPE_PEM) != 1))
-      die("--tls-cert %s / --tls-key: cannot load", b->o.tls_cert);
-    static const unsigned char alpn_native[] = "\x06tpud/1", alpn_http[] = "\x08http/1.1";
-    if (b->o.http)
-      SSL_CTX_set_alpn_protos(b->ssl_ctx, alpn_http, sizeof alpn_http - 1);
-    else
-      SSL_CTX_set_alpn_protos(b->ssl_ctx, alpn_native, sizeof alpn_native - 1);
-  }
+  signal(SIGPIPE, SIG_IGN); /* TLS writes go through write(2), which raises it */
+  tpu_client_options_init(&b->co);
+  b->co.connect_timeout_ms = b->co.timeout_ms = b->o.timeout_ms;
+  b->co.tls = b->o.tls;
+  b->co.tls_ca_file = b->o.tls_ca;
+  b->co.tls_cert_file = b->o.tls_cert;
+  b->co.tls_key_file = b->o.tls_key;
+  b->co.token = b->o.token;
   build_request(b);
 
   b->ep = epoll_create1(EPOLL_CLOEXEC);
   if (b->ep < 0) die("epoll: %s", strerror(errno));
   b->c = calloc(b->o.conns, sizeof *b->c);
   if (!b->c) die("out of memory");
-  for (unsigned i = 0; i < b->o.conns; i++) conn_open(b, &b->c[i]);
+  connect_all(b);
   signal(SIGINT, on_sigint);
 
   bool open_loop = b->o.rate > 0;
@@ -882,14 +697,11 @@ int main(int argc, char **argv) {
   uint64_t t_measure = t_start + (uint64_t)(b->o.warmup_s * 1e9);
   uint64_t t_end = b->o.nreq ? UINT64_MAX : t_measure + (uint64_t)(b->o.duration_s * 1e9);
   uint64_t next_due = t_start, k = 0, interval = open_loop ? (uint64_t)(1e9 / b->o.rate) : 0;
-  uint64_t last_progress = t_measure, prog_ok = 0;
+  uint64_t last_progress = t_measure, prog_ok = 0, last_tick = t_start;
   bool progress = !b->o.nreq && b->o.duration_s > 3;
   b->measuring = b->o.warmup_s <= 0;
   if (!open_loop)
-    for (unsigned i = 0; i < b->o.conns; i++) {
-      for (unsigned d = 0; d < b->o.depth; d++) send_req(b, &b->c[i], now_ns());
-      flush_out(b, &b->c[i]);
-    }
+    for (unsigned i = 0; i < b->o.conns; i++) refill(b, &b->c[i]);
   struct epoll_event evs[256];
   uint64_t measure_t0 = b->measuring ? t_start : 0, measure_t1 = 0;
   for (;;) {
@@ -914,7 +726,7 @@ int main(int argc, char **argv) {
       while (next_due <= now && !(b->o.nreq && b->sent_measured >= b->o.nreq)) {
         conn_t *c = &b->c[k++ % b->o.conns];
         send_req(b, c, next_due);
-        flush_out(b, c);
+        kick(b, c, 0);
         next_due += interval ? interval : 1;
       }
     }
@@ -926,6 +738,12 @@ int main(int argc, char **argv) {
       prog_ok = b->ok;
       last_progress = now;
     }
+    if (now - last_tick >= 100000000u) {
+      /* The library's timers (connect deadlines of replacement connections) run in steps. */
+      for (unsigned i = 0; i < b->o.conns; i++)
+        if (!tpu_client_async_connected(b->c[i].a)) kick(b, &b->c[i], 0);
+      last_tick = now;
+    }
     int timeout_ms = 100;
     if (open_loop && !b->stop_sending) {
       uint64_t wait = next_due > now ? next_due - now : 0;
@@ -935,16 +753,9 @@ int main(int argc, char **argv) {
     if (n < 0 && errno != EINTR) die("epoll_wait: %s", strerror(errno));
     for (int i = 0; i < n; i++) {
       conn_t *c = evs[i].data.ptr;
-      if (evs[i].events & EPOLLOUT) flush_out(b, c);
-      if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
-        on_readable(b, c);
-        if (!open_loop && !b->stop_sending) {
-          /* Closed loop: replace what completed (also after a reconnect). */
-          uint64_t t = now_ns();
-          while (c->nfl < b->o.depth) send_req(b, c, t);
-          flush_out(b, c);
-        }
-      }
+      kick(b, c, poll_events(evs[i].events));
+      /* Closed loop: replace what completed (also after a reconnect). */
+      if (!open_loop && !b->stop_sending && c->nfl < b->o.depth) refill(b, c);
     }
   }
   if (!measure_t1) measure_t1 = now_ns();

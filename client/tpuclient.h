@@ -16,6 +16,16 @@
  *    of order). Every sent request yields exactly one result: its response, or a local TIMEOUT,
  *    or CLOSED/PROTOCOL when the connection died under it.
  *
+ * And a third, for programs with their own event loop (many connections in one thread, as
+ * tpubench has): tpu_client_async_t, a connection that never blocks and never waits, driven by
+ * the caller in the style of libpq's asynchronous API and nghttp2's session. The caller polls
+ * the connection's descriptor for the events it asks for, hands the readiness to
+ * tpu_client_async_step(), which reads and writes what it can without blocking, and takes
+ * completed results from tpu_client_async_next(): no threads, no event library, any loop
+ * (poll, epoll, libevent, libuv) works. It speaks the native protocol or HTTP/1.1 (OIP REST on
+ * port 8501), over TCP or TLS, with any number of requests pipelined on one connection. The
+ * blocking tpu_client_t is built on it: the same encoder, reader and bookkeeping, plus poll().
+ *
  * Timeouts: each call takes timeout_ms (milliseconds): > 0 is that long, 0 means the handle's
  * default (tpu_client_options_t.timeout_ms), TPU_CLIENT_NO_TIMEOUT means none. The timeout is
  * sent to the server as the request's deadline and also enforced here: a request with no answer
@@ -25,8 +35,8 @@
  * have codes from 100 up. Every failing call leaves a message on the handle
  * (tpu_client_errmsg()); each pipelined result carries its own (tpu_client_result_error()).
  *
- * Threads: a handle is not thread-safe. Use one handle per thread (or lock around every call);
- * handles share nothing, so any number of threads may each drive their own.
+ * Threads: a handle (blocking or async) is not thread-safe. Use one handle per thread (or lock
+ * around every call); handles share nothing, so any number of threads may each drive their own.
  *
  * Memory: messages handed out (responses, results) are the caller's to free with the functions
  * named on each call. Nothing here keeps a pointer to caller memory after a call returns.
@@ -206,6 +216,192 @@ ProtobufCMessage *tpu_client_result_take_response(tpu_client_result_t *result);
 
 /* Frees a result and whatever response it still holds. Accepts NULL. */
 void tpu_client_result_free(tpu_client_result_t *result);
+
+/* ---- event-loop-driven connections (tpu_client_async_t) ----
+ *
+ * DESIGN
+ * A tpu_client_async_t is one connection in a state machine: connecting (TCP, then the TLS
+ * handshake), ready, or gone. Nothing in this section blocks, except the name resolution inside
+ * tpu_client_async_connect() (getaddrinfo; give a numeric address to avoid it) and
+ * tpu_client_async_wait(), a convenience for code without a loop of its own. The contract with
+ * the caller's loop:
+ *
+ *     for (;;) {
+ *       struct pollfd p = {tpu_client_async_fd(a), tpu_client_async_events(a), 0};
+ *       poll(&p, 1, tpu_client_async_timeout(a));  // or epoll/libevent/... with many
+ *       if (tpu_client_async_step(a, p.revents) != TPU_CLIENT_OK) ...;  // connection gone
+ *       for (tpu_client_result_t *r; (r = tpu_client_async_next(a)); tpu_client_result_free(r))
+ *         ...;  // id, tag, status, response or payload, times
+ *     }
+ *
+ *  - fd: the socket, or -1 once the connection is gone. It can change while connecting (the
+ *    next address of a name is tried), so re-read it after each step (an epoll user compares).
+ *  - events: POLLIN and/or POLLOUT, what the connection waits for now (POLLOUT while connecting
+ *    and while queued bytes wait for the socket). On Linux EPOLLIN/EPOLLOUT/EPOLLERR/EPOLLHUP
+ *    have the same values, so epoll's masks may be passed through unchanged.
+ *  - timeout: milliseconds until step() must run even without events (the connect deadline,
+ *    the earliest request deadline), -1 for none, 0 when it must run now.
+ *  - step(revents): checks the timers, finishes the connect or handshake, reads whatever the
+ *    socket has (when revents says readable), parses every complete answer into a result, and
+ *    writes queued requests until the socket is full. step(a, 0) is always safe: it is how queued
+ *    requests go out without waiting for POLLOUT.
+ *
+ * Submitting (tpu_client_async_send*) only encodes the request into the connection's output
+ * buffer and gives it an id; bytes leave in the next step(). Requests may be submitted while the
+ * connection is still connecting (they leave once it is up), and any number may be in flight:
+ * they are pipelined, and submitting several before one step() sends them in one write. Every
+ * submitted request yields exactly one result: the server's answer, a local TIMEOUT, or the
+ * connection's failure (CLOSED, PROTOCOL, CONNECT_FAILED, or the code the server ended the
+ * connection with). Native answers are matched by id and complete in whatever order the server
+ * finishes them; HTTP/1.1 answers come in request order.
+ *
+ * A timed-out request none of whose bytes have been written is taken out of the output (the
+ * server never sees it); one partly or wholly written is finished and its late answer dropped.
+ * A connection that is gone stays gone: free it and connect again (requests are not retried).
+ *
+ * HTTP/1.1: keep-alive, requests pipelined, Content-Length framed answers (what tpud sends;
+ * chunked answers are refused as PROTOCOL); the answer's status code and body are on the result,
+ * and its status maps to the nearest tpu_client_status_t (404 NOT_FOUND, 503 UNAVAILABLE, ...)
+ * with the body's {"error": "..."} as the message. An answer with "Connection: close" completes
+ * its request and then ends the connection (CLOSED; later pipelined requests fail with it).
+ */
+
+/* What a tpu_client_async_t speaks. */
+typedef enum {
+  TPU_CLIENT_PROTOCOL_NATIVE = 0, /* framed envelopes (port 8500; ALPN "tpud/1" under TLS) */
+  TPU_CLIENT_PROTOCOL_HTTP = 1,   /* HTTP/1.1 (port 8501; ALPN "http/1.1" under TLS) */
+} tpu_client_protocol_t;
+
+/* An event-loop-driven connection (opaque). */
+typedef struct tpu_client_async tpu_client_async_t;
+
+/*
+ * Starts connecting to `addr` ("HOST:PORT", "[IPv6]:PORT" or "HOST": port 8500 native, 8501
+ * HTTP) and returns at once, with the TCP connect (and TLS handshake) in progress; the options
+ * are those of tpu_client_connect() (connect_timeout_ms bounds TCP and TLS together, timeout_ms
+ * is the default request timeout, the TLS files are loaded here). Like tpu_client_connect(),
+ * *out receives a handle even on failure, for tpu_client_async_errmsg(); free it either way.
+ * Returns OK (connecting or connected), MISUSE (malformed address, options or protocol),
+ * CONNECT_FAILED (the name does not resolve, a TLS file cannot be loaded, every address refused
+ * at once) or NOMEM. Later failures of the connect show up in step() as CONNECT_FAILED.
+ */
+tpu_client_status_t tpu_client_async_connect(const char *addr, const tpu_client_options_t *opts,
+                                             tpu_client_protocol_t protocol,
+                                             tpu_client_async_t **out);
+
+/* Closes the connection and frees it, its queued results and its unsent requests (which get no
+ * result). Accepts NULL. */
+void tpu_client_async_free(tpu_client_async_t *conn);
+
+/* The socket to poll, or -1 when there is none (the connection is gone). See DESIGN. */
+int tpu_client_async_fd(const tpu_client_async_t *conn);
+
+/* POLLIN and/or POLLOUT: the readiness to poll fd for now; 0 once the connection is gone. */
+int tpu_client_async_events(const tpu_client_async_t *conn);
+
+/* Milliseconds until step() must run even if fd shows no event, -1 for no limit, 0 for now. */
+int tpu_client_async_timeout(const tpu_client_async_t *conn);
+
+/*
+ * Makes all the progress possible without blocking (see DESIGN), given the readiness poll
+ * reported (`revents`, 0 for none). Results it completes wait for tpu_client_async_next().
+ * Returns OK while the connection is usable (connecting or connected), else the reason it is
+ * gone (CONNECT_FAILED, CLOSED, PROTOCOL, TIMEOUT, a code the server sent for the connection), with
+ * tpu_client_async_errmsg() saying why; every request in flight then has its result queued.
+ * POLLERR/POLLHUP surface as the read error they stand for; POLLNVAL (the descriptor was closed
+ * outside the library) ends the connection with CLOSED.
+ */
+tpu_client_status_t tpu_client_async_step(tpu_client_async_t *conn, int revents);
+
+/* The next completed result (free it with tpu_client_result_free), or NULL when none is queued.
+ * Results come in completion order. */
+tpu_client_result_t *tpu_client_async_next(tpu_client_async_t *conn);
+
+/*
+ * For code without its own loop: polls this one connection until a result completes and hands
+ * it over, as tpu_client_recv() does (timeout_ms as everywhere: 0 is the handle's default).
+ * Returns OK with a result, TIMEOUT with *out NULL, MISUSE when nothing is in flight, or the
+ * connection's error once it is gone and every request has had its result.
+ */
+tpu_client_status_t tpu_client_async_wait(tpu_client_async_t *conn, int timeout_ms,
+                                          tpu_client_result_t **out);
+
+/* Whether the connection is up (TCP connected and, with TLS, the handshake done). */
+bool tpu_client_async_connected(const tpu_client_async_t *conn);
+
+/* OK while the connection is usable (also while connecting), else why it is gone. */
+tpu_client_status_t tpu_client_async_status(const tpu_client_async_t *conn);
+
+/* Requests submitted whose results have not yet been taken (by next() or wait()). */
+size_t tpu_client_async_in_flight(const tpu_client_async_t *conn);
+
+/* Bytes submitted that the socket has not taken yet. */
+size_t tpu_client_async_unsent(const tpu_client_async_t *conn);
+
+/* As tpu_client_errmsg(): the message of the last call on this connection that failed ("" after
+ * a success; never NULL). */
+const char *tpu_client_async_errmsg(const tpu_client_async_t *conn);
+
+/*
+ * Queues a native request (as tpu_client_send(): `method` a Tpud__Method, `request` its message
+ * or NULL for the empty ones, timeout_ms as everywhere); its result's response is the decoded
+ * answer. `tag` is any value of the caller's (an index, a pointer cast to uintptr_t, a
+ * timestamp) and comes back on the result. *id (may be NULL) is the request's id. Fails with
+ * MISUSE (an HTTP connection, unknown method, request of the wrong type), the connection's status
+ * once it is gone, or NOMEM; nothing is queued then.
+ */
+tpu_client_status_t tpu_client_async_send(tpu_client_async_t *conn, int method,
+                                          const ProtobufCMessage *request, int timeout_ms,
+                                          uint64_t tag, uint64_t *id);
+
+/*
+ * As tpu_client_async_send() with the request message already serialized (`len` bytes of
+ * `payload`, e.g. one ModelInferRequest packed once and sent many times; copied, so the caller
+ * may reuse it at once). Raw in, raw out: the result carries the answer's payload still
+ * serialized (tpu_client_result_payload()) and no decoded response, so nothing is unpacked
+ * that the caller does not ask for.
+ */
+tpu_client_status_t tpu_client_async_send_packed(tpu_client_async_t *conn, int method,
+                                                 const void *payload, size_t len,
+                                                 int timeout_ms, uint64_t tag, uint64_t *id);
+
+/*
+ * Queues an HTTP/1.1 request on an HTTP connection: `method` ("GET", "POST", ...), `path` (the
+ * request target, "/v2/models/digits/infer"), `content_type` (NULL for none) and `len` bytes of
+ * `body` (NULL with 0 for none; POST and PUT always send a Content-Length). Host and, with a
+ * token, Authorization are added. timeout_ms is enforced here only (HTTP carries no deadline).
+ * The result has the status code (tpu_client_result_http_status()) and the body
+ * (tpu_client_result_payload()). Fails with MISUSE (a native connection, a method or path with
+ * spaces or control characters), the connection's status, or NOMEM.
+ */
+tpu_client_status_t tpu_client_async_send_http(tpu_client_async_t *conn, const char *method,
+                                               const char *path, const char *content_type,
+                                               const void *body, size_t len, int timeout_ms,
+                                               uint64_t tag, uint64_t *id);
+
+/* ---- more about a result (any result; these matter most for the async API) ---- */
+
+/* The tag given when the request was submitted (0 for the blocking API's requests). */
+uint64_t tpu_client_result_tag(const tpu_client_result_t *result);
+
+/* Whether the server answered this request (its status, payload and HTTP status are the
+ * server's); false when the result was made here: a local TIMEOUT, or the connection failing
+ * or ending before the answer came (the server may or may not have run the request). */
+bool tpu_client_result_answered(const tpu_client_result_t *result);
+
+/* HTTP: the answer's status code (200, 404, ...); 0 for native results and for results without
+ * an answer. */
+int tpu_client_result_http_status(const tpu_client_result_t *result);
+
+/* The answer's bytes, owned by the result: an HTTP body (NUL-terminated, not counted in *len), or
+ * the still-serialized response message of a tpu_client_async_send_packed() request. NULL
+ * (*len 0) for other results. *len may be NULL. */
+const void *tpu_client_result_payload(const tpu_client_result_t *result, size_t *len);
+
+/* When the request was submitted and when its result was made, CLOCK_MONOTONIC nanoseconds
+ * (either pointer may be NULL): completed - submitted is the latency the client saw. */
+void tpu_client_result_times(const tpu_client_result_t *result, int64_t *submitted_ns,
+                             int64_t *completed_ns);
 
 /* ---- synchronous calls ---- */
 

@@ -11,13 +11,6 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
-
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void last_error(char *out, size_t outlen) {
   unsigned long e, last = 0;
@@ -29,8 +22,8 @@ static void last_error(char *out, size_t outlen) {
   ERR_error_string_n(last, out, outlen);
 }
 
-SSL *tpu__ctls_connect(int fd, const tpu_client_options_t *o, const char *host,
-                       int64_t deadline_ns, char *err, size_t errlen) {
+SSL *tpu__ctls_new(const tpu_client_options_t *o, const char *host, const char *alpn, char *err,
+                   size_t errlen) {
   char why[256];
   ERR_clear_error();
   SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -68,10 +61,18 @@ SSL *tpu__ctls_connect(int fd, const tpu_client_options_t *o, const char *host,
       goto fail;
     }
   }
-  static const unsigned char alpn[] = "\x06" TPU_CLIENT_ALPN;
-  SSL_CTX_set_alpn_protos(ctx, alpn, sizeof alpn - 1);
+  /* ALPN wire format: one length byte, then the name. */
+  unsigned char wire[32];
+  size_t alen = strlen(alpn);
+  if (alen == 0 || alen >= sizeof wire) {
+    snprintf(err, errlen, "TLS: bad ALPN name '%s'", alpn);
+    goto fail;
+  }
+  wire[0] = (unsigned char)alen;
+  memcpy(wire + 1, alpn, alen);
+  SSL_CTX_set_alpn_protos(ctx, wire, (unsigned)alen + 1);
   ssl = SSL_new(ctx);
-  if (!ssl || SSL_set_fd(ssl, fd) != 1) {
+  if (!ssl) {
     snprintf(err, errlen, "TLS: out of memory");
     goto fail;
   }
@@ -88,50 +89,38 @@ SSL *tpu__ctls_connect(int fd, const tpu_client_options_t *o, const char *host,
     }
   }
   SSL_set_connect_state(ssl);
-  for (;;) {
-    ERR_clear_error();
-    int r = SSL_do_handshake(ssl);
-    if (r == 1) break;
-    int e = SSL_get_error(ssl, r);
-    short ev;
-    if (e == SSL_ERROR_WANT_READ) {
-      ev = POLLIN;
-    } else if (e == SSL_ERROR_WANT_WRITE) {
-      ev = POLLOUT;
-    } else {
-      long vr = SSL_get_verify_result(ssl);
-      if (vr != X509_V_OK)
-        snprintf(err, errlen, "TLS handshake: certificate verify failed: %s",
-                 X509_verify_cert_error_string(vr));
-      else {
-        last_error(why, sizeof why);
-        snprintf(err, errlen, "TLS handshake failed: %s%s", why,
-                 strstr(why, "wrong version") ? " (is the server speaking TLS?)" : "");
-      }
-      goto fail;
-    }
-    int ms = -1;
-    if (deadline_ns != INT64_MAX) {
-      int64_t left = deadline_ns - mono_ns();
-      if (left <= 0) {
-        snprintf(err, errlen, "TLS handshake timed out");
-        goto fail;
-      }
-      ms = (int)((left + 999999) / 1000000 > INT_MAX ? INT_MAX : (left + 999999) / 1000000);
-    }
-    struct pollfd pfd = {.fd = fd, .events = ev};
-    int rc = poll(&pfd, 1, ms);
-    if (rc < 0 && errno != EINTR) {
-      snprintf(err, errlen, "TLS handshake: poll: %s", strerror(errno));
-      goto fail;
-    }
-  }
   SSL_CTX_free(ctx); /* the SSL keeps its own reference */
   return ssl;
 fail:
   SSL_free(ssl);
   SSL_CTX_free(ctx);
   return NULL;
+}
+
+int tpu__ctls_handshake(SSL *ssl, short *want, char *err, size_t errlen) {
+  char why[256];
+  ERR_clear_error();
+  int r = SSL_do_handshake(ssl);
+  if (r == 1) return 1;
+  int e = SSL_get_error(ssl, r);
+  if (e == SSL_ERROR_WANT_READ) {
+    *want = POLLIN;
+    return 0;
+  }
+  if (e == SSL_ERROR_WANT_WRITE) {
+    *want = POLLOUT;
+    return 0;
+  }
+  long vr = SSL_get_verify_result(ssl);
+  if (vr != X509_V_OK) {
+    snprintf(err, errlen, "TLS handshake: certificate verify failed: %s",
+             X509_verify_cert_error_string(vr));
+  } else {
+    last_error(why, sizeof why);
+    snprintf(err, errlen, "TLS handshake failed: %s%s", why,
+             strstr(why, "wrong version") ? " (is the server speaking TLS?)" : "");
+  }
+  return -1;
 }
 
 static __thread char ctls_err[320];
