@@ -404,4 +404,4 @@ static void test_stats_format(void) {
   CU_ASSERT_STRING_EQUAL(tpu_code_name(99), "UNKNOWN");
 }
 
-TPU_TEST_SUITE(server_stats, {"format", test_stats_format})
+TPU_TEST_SUITE(server_stats_format, {"format", test_stats_format})
