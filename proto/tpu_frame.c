@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "tpu_proto_int.h"
+#include "tpu_text.h"
 
 /* A gathering buffer larger than this is freed between frames (bytes). */
 #define TPU_FRAME_KEEP_BYTES ((size_t)1 << 20)
@@ -85,7 +86,7 @@ tpu_proto_status_t tpu__proto_error(tpu_proto_error_t *err, tpu_proto_status_t s
     err->status = status;
     err->request_id = request_id;
     va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    tpu_verrf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
   }
   return status;

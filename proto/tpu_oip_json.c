@@ -21,6 +21,7 @@
  */
 #include "tpu_oip_json.h"
 #include "tpu_proto_int.h"
+#include "tpu_text.h"
 
 #include <float.h>
 #include <inttypes.h>
@@ -43,16 +44,8 @@ const char *tpu_oip_json_strerror(tpu_oip_json_status_t status) {
   return status_messages[status];
 }
 
-__attribute__((format(printf, 4, 5))) static tpu_oip_json_status_t
-fail(char *err, size_t errlen, tpu_oip_json_status_t st, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return st;
-}
+/* The message into err, and returns st: `return fail(err, errlen, st, ...)`. */
+#define fail(err, errlen, st, ...) tpu_errf_ret((st), (err), (errlen), __VA_ARGS__)
 
 static tpu_oip_json_status_t nomem(char *err, size_t errlen) {
   return fail(err, errlen, TPU_OIP_JSON_NOMEM, "out of memory");

@@ -24,6 +24,7 @@
 
 #include "audit.h"
 #include "audit_int.h"
+#include "tpu_text.h"
 
 static const char *const fault_names[] = {"ok",        "torn",       "changed",    "forged",
                                           "missing",   "reordered",  "duplicated", "chain",
@@ -62,7 +63,7 @@ static tpu_audit_fault_t fault(vstate_t *v, tpu_audit_fault_t f, const char *fil
   r->seq = seq;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(r->what, sizeof r->what, fmt, ap);
+  tpu_verrf(r->what, sizeof r->what, fmt, ap);
   va_end(ap);
   return f;
 }
@@ -75,7 +76,7 @@ static void note(vstate_t *v, const char *file, uint64_t line, uint64_t seq, con
   char what[1024];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(what, sizeof what, fmt, ap);
+  tpu_verrf(what, sizeof what, fmt, ap);
   va_end(ap);
   v->o->warn(v->o->warn_arg, file, line, seq, what);
 }

@@ -9,22 +9,13 @@
 #include <errno.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "stats.h"
+#include "tpu_text.h"
 #include "tpud.pb-c.h"
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 int tpu_auth_parse_role(const char *s, tpu_role_t *out) {
   if (s && !strcmp(s, "infer")) *out = TPU_ROLE_INFER;
@@ -81,7 +72,7 @@ int tpu_auth_table_parse(const char *text, size_t len, const char *what, tpu_aut
     char line[512];
     size_t ll = end - pos;
     if (ll >= sizeof line) {
-      seterr(err, errlen, "%s:%zu: line longer than %zu bytes", what, lineno, sizeof line - 1);
+      tpu_errf(err, errlen, "%s:%zu: line longer than %zu bytes", what, lineno, sizeof line - 1);
       goto fail;
     }
     memcpy(line, text + pos, ll);
@@ -99,48 +90,48 @@ int tpu_auth_table_parse(const char *text, size_t len, const char *what, tpu_aut
     for (int i = 0; i < nf; i++)
       for (const char *c = f[i]; *c; c++)
         if ((unsigned char)*c < 0x20 || (unsigned char)*c == 0x7f) {
-          seterr(err, errlen, "%s:%zu: control character in a field", what, lineno);
+          tpu_errf(err, errlen, "%s:%zu: control character in a field", what, lineno);
           goto fail;
         }
     if (!strcmp(f[0], "token")) {
       if (nf != 4) {
-        seterr(err, errlen,
-               "%s:%zu: expected \"token <sha256-hex> <role> <name>\" (4 fields), got %d", what,
-               lineno, nf);
+        tpu_errf(err, errlen,
+                 "%s:%zu: expected \"token <sha256-hex> <role> <name>\" (4 fields), got %d", what,
+                 lineno, nf);
         goto fail;
       }
       tpu_auth_token_t tok;
       memset(&tok, 0, sizeof tok);
       if (strlen(f[1]) != 64) {
-        seterr(err, errlen,
-               "%s:%zu: token digest must be 64 hex digits (SHA-256 of the token: printf %%s "
-               "TOKEN | sha256sum), got %zu characters",
-               what, lineno, strlen(f[1]));
+        tpu_errf(err, errlen,
+                 "%s:%zu: token digest must be 64 hex digits (SHA-256 of the token: printf %%s "
+                 "TOKEN | sha256sum), got %zu characters",
+                 what, lineno, strlen(f[1]));
         goto fail;
       }
       for (int i = 0; i < 32; i++) {
         int hi = hexval(f[1][2 * i]), lo = hexval(f[1][2 * i + 1]);
         if (hi < 0 || lo < 0) {
-          seterr(err, errlen, "%s:%zu: token digest must be 64 hex digits", what, lineno);
+          tpu_errf(err, errlen, "%s:%zu: token digest must be 64 hex digits", what, lineno);
           goto fail;
         }
         tok.sha256[i] = (uint8_t)(hi << 4 | lo);
       }
       if (tpu_auth_parse_role(f[2], &tok.role) != 0) {
-        seterr(err, errlen, "%s:%zu: role must be infer or admin, got '%.64s'", what, lineno,
-               f[2]);
+        tpu_errf(err, errlen, "%s:%zu: role must be infer or admin, got '%.64s'", what, lineno,
+                 f[2]);
         goto fail;
       }
       if (!name_ok(f[3])) {
-        seterr(err, errlen, "%s:%zu: name must be 1 to %d characters of [A-Za-z0-9._@:+=-]",
-               what, lineno, TPU_AUTH_MAX_NAME);
+        tpu_errf(err, errlen, "%s:%zu: name must be 1 to %d characters of [A-Za-z0-9._@:+=-]",
+                 what, lineno, TPU_AUTH_MAX_NAME);
         goto fail;
       }
       snprintf(tok.name, sizeof tok.name, "%s", f[3]);
       for (size_t i = 0; i < t->ntokens; i++)
         if (!memcmp(t->tokens[i].sha256, tok.sha256, 32)) {
-          seterr(err, errlen, "%s:%zu: the same token digest appears twice (first as '%s')",
-                 what, lineno, t->tokens[i].name);
+          tpu_errf(err, errlen, "%s:%zu: the same token digest appears twice (first as '%s')",
+                   what, lineno, t->tokens[i].name);
           goto fail;
         }
       if (t->ntokens == captok) {
@@ -153,20 +144,20 @@ int tpu_auth_table_parse(const char *text, size_t len, const char *what, tpu_aut
       t->tokens[t->ntokens++] = tok;
     } else if (!strcmp(f[0], "cert")) {
       if (nf != 3) {
-        seterr(err, errlen, "%s:%zu: expected \"cert <CN> <role>\" (3 fields), got %d", what,
-               lineno, nf);
+        tpu_errf(err, errlen, "%s:%zu: expected \"cert <CN> <role>\" (3 fields), got %d", what,
+                 lineno, nf);
         goto fail;
       }
       tpu_auth_cert_t c;
       memset(&c, 0, sizeof c);
       if (!name_ok(f[1])) {
-        seterr(err, errlen, "%s:%zu: CN must be 1 to %d characters of [A-Za-z0-9._@:+=-]", what,
-               lineno, TPU_AUTH_MAX_NAME);
+        tpu_errf(err, errlen, "%s:%zu: CN must be 1 to %d characters of [A-Za-z0-9._@:+=-]", what,
+                 lineno, TPU_AUTH_MAX_NAME);
         goto fail;
       }
       if (tpu_auth_parse_role(f[2], &c.role) != 0) {
-        seterr(err, errlen, "%s:%zu: role must be infer or admin, got '%.64s'", what, lineno,
-               f[2]);
+        tpu_errf(err, errlen, "%s:%zu: role must be infer or admin, got '%.64s'", what, lineno,
+                 f[2]);
         goto fail;
       }
       snprintf(c.cn, sizeof c.cn, "%s", f[1]);
@@ -179,15 +170,15 @@ int tpu_auth_table_parse(const char *text, size_t len, const char *what, tpu_aut
       }
       t->certs[t->ncerts++] = c;
     } else {
-      seterr(err, errlen, "%s:%zu: unknown entry '%.32s': expected \"token\" or \"cert\"", what,
-             lineno, f[0]);
+      tpu_errf(err, errlen, "%s:%zu: unknown entry '%.32s': expected \"token\" or \"cert\"", what,
+               lineno, f[0]);
       goto fail;
     }
   }
   *out = t;
   return 0;
 nomem:
-  seterr(err, errlen, "%s: out of memory", what);
+  tpu_errf(err, errlen, "%s: out of memory", what);
 fail:
   tpu_auth_table_free(t);
   return -1;
@@ -200,7 +191,7 @@ int tpu_auth_table_load(const char *path, tpu_auth_table_t **out, char *err, siz
   char why[512];
   /* Not a FIFO (a SIGHUP reload must not block the main loop), at most 64 MiB (file.h). */
   if (tpu_file_read(path, 64u << 20, NULL, &buf, &n, NULL, why, sizeof why) != 0) {
-    seterr(err, errlen, "tokens file %s", why);
+    tpu_errf(err, errlen, "tokens file %s", why);
     return -1;
   }
   int rc = tpu_auth_table_parse(buf, n, path, out, err, errlen);
@@ -260,9 +251,9 @@ int tpu_auth_decide(const tpu_auth_policy_t *p, const tpu_auth_peer_t *peer, con
   int code = TPU_CODE_OK;
   if (msglen) msg[0] = 0;
   if (n_authz > 1) { /* no principal: neither value is looked at */
-    seterr(msg, msglen, "the request carries %zu authorization values; send exactly one "
-           "(\"authorization: Bearer <token>\"): which of several counts is ambiguous, so "
-           "none does", n_authz);
+    tpu_errf(msg, msglen, "the request carries %zu authorization values; send exactly one "
+             "(\"authorization: Bearer <token>\"): which of several counts is ambiguous, so "
+             "none does", n_authz);
     code = TPU_CODE_INVALID_ARGUMENT;
     goto done;
   }
@@ -275,13 +266,13 @@ int tpu_auth_decide(const tpu_auth_policy_t *p, const tpu_auth_peer_t *peer, con
     const char *tok;
     size_t toklen;
     if (tpu_auth_parse_bearer(authz, authz_len, &tok, &toklen) != 0) {
-      seterr(msg, msglen, "authorization is not \"Bearer <token>\"");
+      tpu_errf(msg, msglen, "authorization is not \"Bearer <token>\"");
       code = TPU_CODE_UNAUTHENTICATED;
       goto done;
     }
     const tpu_auth_token_t *e = tpu_auth_find_token(p->table, tok, toklen);
     if (!e) {
-      seterr(msg, msglen, "invalid bearer token");
+      tpu_errf(msg, msglen, "invalid bearer token");
       code = TPU_CODE_UNAUTHENTICATED;
       goto done;
     }
@@ -290,16 +281,16 @@ int tpu_auth_decide(const tpu_auth_policy_t *p, const tpu_auth_peer_t *peer, con
   } else if (peer->cert_cn) {
     role = tpu_auth_cert_role(p->table, peer->cert_cn, p->cert_role);
   } else {
-    seterr(msg, msglen, "%s", p->require_cert ? "no client certificate and no bearer token"
+    tpu_errf(msg, msglen, "%s", p->require_cert ? "no client certificate and no bearer token"
                                               : "missing credentials: send \"authorization: "
                                                 "Bearer <token>\"");
     code = TPU_CODE_UNAUTHENTICATED;
     goto done;
   }
   if ((int)role < (int)need) {
-    seterr(msg, msglen, "%s%s has role %s; this call needs role %s",
-           token_name ? "token " : "", token_name ? token_name : (subj ? subj : "client"),
-           tpu_auth_role_name(role), need == TPU_NEED_ADMIN ? "admin" : "infer");
+    tpu_errf(msg, msglen, "%s%s has role %s; this call needs role %s",
+             token_name ? "token " : "", token_name ? token_name : (subj ? subj : "client"),
+             tpu_auth_role_name(role), need == TPU_NEED_ADMIN ? "admin" : "infer");
     code = TPU_CODE_PERMISSION_DENIED;
   }
 done:

@@ -15,7 +15,6 @@
  */
 #include "validate.h"
 
-#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,6 +22,7 @@
 #include "grpc_service.pb-c.h"
 #include "stats.h"
 #include "tpu_engine.h"
+#include "tpu_text.h"
 
 /* A name as messages show it: whole up to 64 bytes, else its first 64 and "...", so a long name
  * cannot push the explanation out of a fixed-size message. */
@@ -33,14 +33,8 @@ static const char *clip(const char *s, char *buf, size_t len) {
   return buf;
 }
 
-static int fail(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *msg, size_t len, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, len, fmt, ap);
-  va_end(ap);
-  return TPU_CODE_INVALID_ARGUMENT;
-}
+/* The message into msg, and returns INVALID_ARGUMENT: `return fail(msg, msglen, ...)`. */
+#define fail(msg, len, ...) tpu_errf_ret(TPU_CODE_INVALID_ARGUMENT, (msg), (len), __VA_ARGS__)
 
 static const struct {
   const char *name;

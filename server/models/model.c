@@ -15,17 +15,17 @@
 
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <errno.h>
 #include <sys/stat.h>
 
+#include "clock.h"
 #include "file.h"
 #include "safetensors.h"
+#include "tpu_text.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this loader reads it in place on little-endian hosts"
@@ -52,28 +52,9 @@ struct tpu_model {
   uint64_t memory_bytes; /* held while serving (see tpu_model_load_opts_t) */
 };
 
-static tpu_status_t fail(char *err, size_t errlen, tpu_status_t status, const char *where,
-                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-
-static tpu_status_t fail(char *err, size_t errlen, tpu_status_t status, const char *where,
-                         const char *fmt, ...) {
-  if (err && errlen) {
-    int n = snprintf(err, errlen, "%s: ", where);
-    if (n >= 0 && (size_t)n < errlen) {
-      va_list ap;
-      va_start(ap, fmt);
-      vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
-      va_end(ap);
-    }
-  }
-  return status;
-}
-
-static uint64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
+/* "where: message" into err, and returns status: `return fail(...)`. */
+#define fail(err, errlen, status, where, fmt, ...) \
+  tpu_errf_ret((status), (err), (errlen), "%s: " fmt, (where), ##__VA_ARGS__)
 
 static void *alloc_floats(size_t n) {
   void *p = NULL;
@@ -428,7 +409,7 @@ static tpu_status_t run_layers(tpu_model_t *m, size_t bucket_index, const float 
 tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *name,
                             uint64_t version, tpu_model_load_opts_t *o, tpu_model_t **out,
                             char *err, size_t errlen) {
-  uint64_t t0 = now_us();
+  uint64_t t0 = tpu_now_us();
   char path[PATH_MAX], ck[PATH_MAX];
   char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], b7[32], b8[32], b9[32], b10[32];
   tpu_safetensors_t *st = NULL;
@@ -537,7 +518,7 @@ tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *n
   }
 
   /* Warm-up: every bucket once, so the first request pays no first-touch or lazy-init cost. */
-  uint64_t tw = now_us();
+  uint64_t tw = tpu_now_us();
   memset(m->pad_in, 0, maxb * cfg->input_width * sizeof(float));
   for (size_t b = 0; b < cfg->nbuckets; b++) {
     if ((rc = run_layers(m, b, m->pad_in, m->pad_out, o)) == TPU_ECANCELED) {
@@ -550,8 +531,8 @@ tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *n
       goto fail;
     }
   }
-  m->warmup_us = now_us() - tw;
-  m->load_us = now_us() - t0;
+  m->warmup_us = tpu_now_us() - tw;
+  m->load_us = tpu_now_us() - t0;
   m->memory_bytes = z.held;
   *out = m;
   return TPU_OK;

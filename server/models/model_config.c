@@ -9,11 +9,11 @@
 #include "model_config.h"
 
 #include "file.h"
+#include "tpu_text.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,21 +26,9 @@ typedef struct {
   size_t errlen;
 } ctx_t;
 
-static tpu_status_t fail(ctx_t *c, tpu_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static tpu_status_t fail(ctx_t *c, tpu_status_t status, const char *fmt, ...) {
-  if (c->err && c->errlen) {
-    int n = snprintf(c->err, c->errlen, "%s: ", c->file);
-    if (n >= 0 && (size_t)n < c->errlen) {
-      va_list ap;
-      va_start(ap, fmt);
-      vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
-      va_end(ap);
-    }
-  }
-  return status;
-}
+/* "file: message" into c's err, and returns status: `return fail(c, ...)`. */
+#define fail(c, status, fmt, ...) \
+  tpu_errf_ret((status), (c)->err, (c)->errlen, "%s: " fmt, (c)->file, ##__VA_ARGS__)
 
 /* A short, log-safe rendering of a JSON value for "got ..." (strings quoted, containers named,
  * control bytes escaped, long text cut). */

@@ -38,6 +38,7 @@
 #include "audit_wire.h"
 #include "server_int.h"
 #include "thread.h"
+#include "tpu_text.h"
 
 /* ---- policy ---- */
 
@@ -275,7 +276,7 @@ static void problem(tpu_repo_scan_t *s, const char *fmt, ...) {
   s->problems = g;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(g[s->nproblems].text, sizeof g[0].text, fmt, ap);
+  tpu_verrf(g[s->nproblems].text, sizeof g[0].text, fmt, ap);
   va_end(ap);
   s->nproblems++;
 }

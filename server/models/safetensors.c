@@ -13,12 +13,12 @@
 
 #include "file.h"
 #include "log.h"
+#include "tpu_text.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <openssl/evp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,22 +57,9 @@ unsigned tpu_st_dtype_bits(tpu_st_dtype_t dtype) {
 
 /* ---- messages ---- */
 
-static tpu_status_t fail(char *err, size_t errlen, tpu_status_t status, const char *file,
-                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-
-static tpu_status_t fail(char *err, size_t errlen, tpu_status_t status, const char *file,
-                         const char *fmt, ...) {
-  if (err && errlen) {
-    int n = snprintf(err, errlen, "%s: ", file);
-    if (n >= 0 && (size_t)n < errlen) {
-      va_list ap;
-      va_start(ap, fmt);
-      vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
-      va_end(ap);
-    }
-  }
-  return status;
-}
+/* "file: message" into err, and returns status: `return fail(...)`. */
+#define fail(err, errlen, status, file, fmt, ...) \
+  tpu_errf_ret((status), (err), (errlen), "%s: " fmt, (file), ##__VA_ARGS__)
 
 /* Names come from the file: quoted safely for a message (tpu_log_escape) so a crafted name
  * cannot forge log lines. out holds at least 100 bytes. */

@@ -10,10 +10,10 @@
 
 #include "audit.h"
 #include "file.h"
+#include "tpu_text.h"
 
 #include <errno.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -153,15 +153,6 @@ void tpu_config_defaults(tpu_config_t *cfg) {
   cfg->auth_open_health = 1;
 }
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
 static const opt_t *find_opt(const char *name, size_t len) {
   for (size_t i = 0; i < NOPTIONS; i++)
     if (strlen(options[i].name) == len && strncmp(options[i].name, name, len) == 0)
@@ -181,24 +172,24 @@ static int store_value(tpu_config_t *cfg, const opt_t *o, const char *value, con
   switch (o->type) {
   case OPT_STR:
     if (!*value || strlen(value) >= o->size) {
-      seterr(err, errlen, "%s: option '%s' needs a non-empty %s of at most %zu bytes", src,
-             o->name, o->unit, o->size - 1);
+      tpu_errf(err, errlen, "%s: option '%s' needs a non-empty %s of at most %zu bytes", src,
+               o->name, o->unit, o->size - 1);
       return -1;
     }
     memcpy(field, value, strlen(value) + 1);
     return 0;
   case OPT_LEVEL:
     if (tpu_log_parse_level(value, (tpu_log_level_t *)(void *)field) != 0) {
-      seterr(err, errlen, "%s: option '%s' must be one of debug, info, warn, error; got '%s'",
-             src, o->name, value);
+      tpu_errf(err, errlen, "%s: option '%s' must be one of debug, info, warn, error; got '%s'",
+               src, o->name, value);
       return -1;
     }
     return 0;
   case OPT_FSYNC: {
     tpu_audit_fsync_t f;
     if (tpu_audit_parse_fsync(value, &f) != 0) {
-      seterr(err, errlen, "%s: option '%s' must be one of always, interval, never; got '%s'",
-             src, o->name, value);
+      tpu_errf(err, errlen, "%s: option '%s' must be one of always, interval, never; got '%s'",
+               src, o->name, value);
       return -1;
     }
     *(int *)(void *)field = (int)f;
@@ -210,8 +201,8 @@ static int store_value(tpu_config_t *cfg, const opt_t *o, const char *value, con
     } else if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "off")) {
       *(int *)(void *)field = 0;
     } else {
-      seterr(err, errlen, "%s: option '%s' is a switch: true or false; got '%s'", src, o->name,
-             value);
+      tpu_errf(err, errlen, "%s: option '%s' is a switch: true or false; got '%s'", src, o->name,
+               value);
       return -1;
     }
     return 0;
@@ -230,8 +221,8 @@ static int store_value(tpu_config_t *cfg, const opt_t *o, const char *value, con
       *(uint64_t *)(void *)field = (uint64_t)v;
     return 0;
   bad:
-    seterr(err, errlen, "%s: option '%s' needs an integer from %llu to %llu (%s); got '%s'", src,
-           o->name, (unsigned long long)o->min, (unsigned long long)o->max, o->unit, value);
+    tpu_errf(err, errlen, "%s: option '%s' needs an integer from %llu to %llu (%s); got '%s'", src,
+             o->name, (unsigned long long)o->min, (unsigned long long)o->max, o->unit, value);
     return -1;
   }
   }
@@ -251,13 +242,13 @@ int tpu_config_apply_json(tpu_config_t *cfg, const char *text, const char *what,
   json_error_t jerr;
   json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
   if (!root) {
-    seterr(err, errlen, "%s: invalid JSON at line %d column %d: %s", what, jerr.line,
-           jerr.column, jerr.text);
+    tpu_errf(err, errlen, "%s: invalid JSON at line %d column %d: %s", what, jerr.line,
+             jerr.column, jerr.text);
     return -1;
   }
   int rc = -1;
   if (!json_is_object(root)) {
-    seterr(err, errlen, "%s: expected a JSON object of options", what);
+    tpu_errf(err, errlen, "%s: expected a JSON object of options", what);
     goto out;
   }
   const char *key;
@@ -265,7 +256,7 @@ int tpu_config_apply_json(tpu_config_t *cfg, const char *text, const char *what,
   json_object_foreach(root, key, val) {
     const opt_t *o = find_opt(key, strlen(key));
     if (!o) {
-      seterr(err, errlen, "%s: unknown option '%s' (see tpud --help)", what, key);
+      tpu_errf(err, errlen, "%s: unknown option '%s' (see tpud --help)", what, key);
       goto out;
     }
     char buf[64];
@@ -278,16 +269,16 @@ int tpu_config_apply_json(tpu_config_t *cfg, const char *text, const char *what,
     } else if (json_is_integer(val) && (o->type == OPT_UINT || o->type == OPT_U64)) {
       json_int_t v = json_integer_value(val);
       if (v < 0) {
-        seterr(err, errlen, "%s: option '%s' must not be negative; got %lld", what, key,
-               (long long)v);
+        tpu_errf(err, errlen, "%s: option '%s' must not be negative; got %lld", what, key,
+                 (long long)v);
         goto out;
       }
       snprintf(buf, sizeof buf, "%lld", (long long)v);
       text_val = buf;
     } else {
-      seterr(err, errlen, "%s: option '%s' needs a JSON %s", what, key,
-             o->type == OPT_BOOL                                               ? "boolean"
-             : o->type == OPT_UINT || o->type == OPT_U64                       ? "integer"
+      tpu_errf(err, errlen, "%s: option '%s' needs a JSON %s", what, key,
+               o->type == OPT_BOOL                                               ? "boolean"
+               : o->type == OPT_UINT || o->type == OPT_U64                       ? "integer"
                                                                                : "string");
       goto out;
     }
@@ -304,7 +295,7 @@ static int load_file(tpu_config_t *cfg, const char *path, char *err, size_t errl
   size_t len;
   char why[4200];
   if (tpu_file_read(path, 1u << 20, NULL, &buf, &len, NULL, why, sizeof why) != 0) {
-    seterr(err, errlen, "--config %s", why);
+    tpu_errf(err, errlen, "--config %s", why);
     return -1;
   }
   int rc = tpu_config_apply_json(cfg, buf, path, err, errlen); /* NUL-terminated (file.h) */
@@ -317,7 +308,7 @@ static int flag_at(int argc, char **argv, int *i, const char **name, size_t *nle
                    const char **value, char *err, size_t errlen) {
   const char *a = argv[*i];
   if (strncmp(a, "--", 2) != 0 || a[2] == 0) {
-    seterr(err, errlen, "unexpected argument '%s' (options start with --; see tpud --help)", a);
+    tpu_errf(err, errlen, "unexpected argument '%s' (options start with --; see tpud --help)", a);
     return -1;
   }
   *name = a + 2;
@@ -333,7 +324,7 @@ static int flag_at(int argc, char **argv, int *i, const char **name, size_t *nle
     return 0;
   }
   if (!(*nlen == 6 && strncmp(*name, "config", 6) == 0) && !find_opt(*name, *nlen)) {
-    seterr(err, errlen, "unknown option '--%s' (see tpud --help)", *name);
+    tpu_errf(err, errlen, "unknown option '--%s' (see tpud --help)", *name);
     return -1;
   }
   if (find_opt(*name, *nlen) && find_opt(*name, *nlen)->type == OPT_BOOL) {
@@ -341,7 +332,7 @@ static int flag_at(int argc, char **argv, int *i, const char **name, size_t *nle
     return 0;
   }
   if (*i + 1 >= argc) {
-    seterr(err, errlen, "option '--%s' needs a value", *name);
+    tpu_errf(err, errlen, "option '--%s' needs a value", *name);
     return -1;
   }
   *value = argv[++*i];
@@ -360,7 +351,7 @@ tpu_config_result_t tpu_config_parse(tpu_config_t *cfg, int argc, char **argv, c
     if (nlen == 6 && strncmp(name, "config", 6) == 0) {
       config_file = value;
     } else if (!find_opt(name, nlen)) {
-      seterr(err, errlen, "unknown option '--%.*s' (see tpud --help)", (int)nlen, name);
+      tpu_errf(err, errlen, "unknown option '--%.*s' (see tpud --help)", (int)nlen, name);
       return TPU_CONFIG_ERROR;
     }
   }

@@ -4,9 +4,10 @@
  */
 #include "file.h"
 
+#include "tpu_text.h"
+
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,21 +16,9 @@
 
 #define PIECE (1u << 20) /* bytes per read(2): the cancel flag is checked this often */
 
-static int failf(char *err, size_t errlen, int e, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-static int failf(char *err, size_t errlen, int e, const char *path, const char *fmt, ...) {
-  if (err && errlen) {
-    int n = snprintf(err, errlen, "%s: ", path);
-    if (n >= 0 && (size_t)n < errlen) {
-      va_list ap;
-      va_start(ap, fmt);
-      vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
-      va_end(ap);
-    }
-  }
-  return e;
-}
+/* "path: message" into err, and returns e (an errno value): `return failf(...)`. */
+#define failf(err, errlen, e, path, fmt, ...) \
+  tpu_errf_ret((e), (err), (errlen), "%s: " fmt, (path), ##__VA_ARGS__)
 
 static const char *kind_of(mode_t mode) {
   if (S_ISDIR(mode)) return "a directory";
