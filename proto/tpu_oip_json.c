@@ -166,77 +166,28 @@ static uint64_t load_le(const uint8_t *src, size_t size) {
   return v;
 }
 
-/* ---- string builder ---- */
-
-typedef struct {
-  char *p;
-  size_t len, cap;
-  int oom;
-} sbuf_t;
-
-static void sb_put(sbuf_t *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + n + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = 1;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = '\0';
-}
-
-static void sb_puts(sbuf_t *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-__attribute__((format(printf, 2, 3))) static void sb_printf(sbuf_t *b, const char *fmt, ...) {
-  char tmp[64];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if ((size_t)n < sizeof tmp) {
-    sb_put(b, tmp, (size_t)n);
-    return;
-  }
-  char *big = malloc((size_t)n + 1);
-  if (!big) {
-    b->oom = 1;
-    return;
-  }
-  va_start(ap, fmt);
-  vsnprintf(big, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  sb_put(b, big, (size_t)n);
-  free(big);
-}
+/* ---- string builder (tpu_buf_t, tpu_text.h) ---- */
 
 /* Appends s[0..n) as a JSON string literal; the caller has checked it is valid UTF-8. */
-static void sb_json_string(sbuf_t *b, const char *s, size_t n) {
-  sb_put(b, "\"", 1);
+static void sb_json_string(tpu_buf_t *b, const char *s, size_t n) {
+  tpu_buf_add(b, "\"", 1);
   size_t run = 0;
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)s[i];
     if (c >= 0x20 && c != '"' && c != '\\') continue;
-    sb_put(b, s + run, i - run);
+    tpu_buf_add(b, s + run, i - run);
     run = i + 1;
     switch (c) {
-    case '"': sb_puts(b, "\\\""); break;
-    case '\\': sb_puts(b, "\\\\"); break;
-    case '\n': sb_puts(b, "\\n"); break;
-    case '\r': sb_puts(b, "\\r"); break;
-    case '\t': sb_puts(b, "\\t"); break;
-    default: sb_printf(b, "\\u%04x", c); break;
+    case '"': tpu_buf_adds(b, "\\\""); break;
+    case '\\': tpu_buf_adds(b, "\\\\"); break;
+    case '\n': tpu_buf_adds(b, "\\n"); break;
+    case '\r': tpu_buf_adds(b, "\\r"); break;
+    case '\t': tpu_buf_adds(b, "\\t"); break;
+    default: tpu_buf_printf(b, "\\u%04x", c); break;
     }
   }
-  sb_put(b, s + run, n - run);
-  sb_put(b, "\"", 1);
+  tpu_buf_add(b, s + run, n - run);
+  tpu_buf_add(b, "\"", 1);
 }
 
 /*
@@ -417,23 +368,23 @@ static size_t f32_format(char *tmp, float v) {
 
 /* Appends v; -1 (nothing appended) when v is NaN or infinite, which JSON has no text for
  * (RFC 8259 section 6): the caller fails, rather than write null or a token that is not JSON. */
-static int sb_float(sbuf_t *b, float v) {
+static int sb_float(tpu_buf_t *b, float v) {
   if (!isfinite(v)) return -1;
   char tmp[32];
   size_t n = f32_format(tmp, v);
-  sb_put(b, tmp, n);
+  tpu_buf_add(b, tmp, n);
   return 0;
 }
 
 /* Shortest "%.*g" that reads back as the same double (15..17 digits); -1 as sb_float. */
-static int sb_double(sbuf_t *b, double v) {
+static int sb_double(tpu_buf_t *b, double v) {
   if (!isfinite(v)) return -1;
   char tmp[40];
   for (int p = 15; p <= 17; p++) {
     snprintf(tmp, sizeof tmp, "%.*g", p, v);
     if (strtod(tmp, NULL) == v) break;
   }
-  sb_puts(b, tmp);
+  tpu_buf_adds(b, tmp);
   return 0;
 }
 
@@ -573,7 +524,7 @@ static tpu_oip_json_status_t check_nested(ectx_t *e, const json_t *v, const dtyp
 
 /* Encodes one scalar into the output buffer (fixed-size types: exactly dt->size bytes). */
 static tpu_oip_json_status_t encode_value(ectx_t *e, const dtype_t *dt, const json_t *v,
-                                          const char *path, sbuf_t *out) {
+                                          const char *path, tpu_buf_t *out) {
   uint8_t tmp[8];
   switch (dt->kind) {
   case K_BOOL:
@@ -644,18 +595,18 @@ static tpu_oip_json_status_t encode_value(ectx_t *e, const dtype_t *dt, const js
     if (n > UINT32_MAX)
       return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: string longer than 4 GiB", path);
     store_le(tmp, n, 4);
-    sb_put(out, (const char *)tmp, 4);
-    sb_put(out, json_string_value(v), n);
+    tpu_buf_add(out, (const char *)tmp, 4);
+    tpu_buf_add(out, json_string_value(v), n);
     return out->oom ? nomem(e->err, e->errlen) : TPU_OIP_JSON_OK;
   }
   }
-  sb_put(out, (const char *)tmp, dt->size);
+  tpu_buf_add(out, (const char *)tmp, dt->size);
   return out->oom ? nomem(e->err, e->errlen) : TPU_OIP_JSON_OK;
 }
 
 static tpu_oip_json_status_t encode_nested(ectx_t *e, const json_t *v, const dtype_t *dt,
                                            size_t rank, size_t dim, char *path, size_t pathcap,
-                                           sbuf_t *out) {
+                                           tpu_buf_t *out) {
   if (dim == rank) return encode_value(e, dt, v, path, out);
   size_t plen = strlen(path);
   for (size_t i = 0; i < json_array_size(v); i++) {
@@ -715,12 +666,9 @@ static tpu_oip_json_status_t decode_tensor(ectx_t *e, const json_t *obj, const c
                 json_array_size(data));
   }
   /* The count is now the real number of JSON elements, so sizing the buffer by it is safe. */
-  sbuf_t out = {0};
-  if (dt->size && t->count) {
-    out.cap = t->count * dt->size + 1;
-    out.p = malloc(out.cap);
-    if (!out.p) return nomem(e->err, e->errlen);
-  }
+  tpu_buf_t out = {0};
+  if (dt->size && t->count && tpu_buf_reserve(&out, t->count * dt->size) != 0)
+    return nomem(e->err, e->errlen);
   if (nested) {
     st = encode_nested(e, data, dt, t->rank, 0, dpath, sizeof dpath, &out);
   } else {
@@ -731,12 +679,10 @@ static tpu_oip_json_status_t decode_tensor(ectx_t *e, const json_t *obj, const c
     }
   }
   if (st != TPU_OIP_JSON_OK) {
-    free(out.p);
+    tpu_buf_free(&out);
     return st;
   }
-  t->data = out.len ? (uint8_t *)out.p : NULL;
-  if (!out.len) free(out.p);
-  t->nbytes = out.len;
+  t->data = (uint8_t *)tpu_buf_detach(&out, &t->nbytes); /* NULL when empty */
   return TPU_OIP_JSON_OK;
 }
 
@@ -1487,10 +1433,10 @@ static tpu_oip_json_status_t not_finite(ectx_t *e, const char *what, size_t i, d
 }
 
 /* Appends `count` elements of raw little-endian data as a JSON array. */
-static tpu_oip_json_status_t format_raw_data(ectx_t *e, sbuf_t *b, const dtype_t *dt,
+static tpu_oip_json_status_t format_raw_data(ectx_t *e, tpu_buf_t *b, const dtype_t *dt,
                                              const uint8_t *p, size_t nbytes, size_t count,
                                              const char *what) {
-  sb_put(b, "[", 1);
+  tpu_buf_add(b, "[", 1);
   if (dt->kind == K_BYTES) {
     size_t off = 0;
     for (size_t i = 0; i < count; i++) {
@@ -1506,7 +1452,7 @@ static tpu_oip_json_status_t format_raw_data(ectx_t *e, sbuf_t *b, const dtype_t
       if (!tpu_utf8_valid(p + off, (size_t)n))
         return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
                     "%s: BYTES element %zu is not valid UTF-8, which JSON cannot carry", what, i);
-      if (i) sb_put(b, ",", 1);
+      if (i) tpu_buf_add(b, ",", 1);
       sb_json_string(b, (const char *)p + off, (size_t)n);
       off += (size_t)n;
     }
@@ -1514,22 +1460,22 @@ static tpu_oip_json_status_t format_raw_data(ectx_t *e, sbuf_t *b, const dtype_t
       return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
                   "%s: %zu bytes of BYTES data left over after %zu elements", what, nbytes - off,
                   count);
-    sb_put(b, "]", 1);
+    tpu_buf_add(b, "]", 1);
     return TPU_OIP_JSON_OK;
   }
   for (size_t i = 0; i < count; i++) {
-    if (i) sb_put(b, ",", 1);
+    if (i) tpu_buf_add(b, ",", 1);
     const uint8_t *q = p + i * dt->size;
     uint64_t u = load_le(q, dt->size);
     switch (dt->kind) {
-    case K_BOOL: sb_puts(b, u ? "true" : "false"); break;
-    case K_UINT: sb_printf(b, "%" PRIu64, u); break;
+    case K_BOOL: tpu_buf_adds(b, u ? "true" : "false"); break;
+    case K_UINT: tpu_buf_printf(b, "%" PRIu64, u); break;
     case K_INT: {
       unsigned bits = (unsigned)(8 * dt->size);
       int64_t v = bits == 64 ? (int64_t)u
                              : (int64_t)(u ^ (UINT64_C(1) << (bits - 1))) -
                                    (INT64_C(1) << (bits - 1)); /* sign-extend */
-      sb_printf(b, "%" PRId64, v);
+      tpu_buf_printf(b, "%" PRId64, v);
       break;
     }
     case K_FP16:
@@ -1550,12 +1496,12 @@ static tpu_oip_json_status_t format_raw_data(ectx_t *e, sbuf_t *b, const dtype_t
     case K_BYTES: break; /* handled above */
     }
   }
-  sb_put(b, "]", 1);
+  tpu_buf_add(b, "]", 1);
   return TPU_OIP_JSON_OK;
 }
 
 /* Appends typed InferTensorContents as a JSON array; FP16 and BF16 only travel raw. */
-static tpu_oip_json_status_t format_contents(ectx_t *e, sbuf_t *b, const dtype_t *dt,
+static tpu_oip_json_status_t format_contents(ectx_t *e, tpu_buf_t *b, const dtype_t *dt,
                                              const Inference__InferTensorContents *c, size_t count,
                                              const char *what, const char *shape) {
   static const Inference__InferTensorContents empty = INFERENCE__INFER_TENSOR_CONTENTS__INIT;
@@ -1570,7 +1516,7 @@ static tpu_oip_json_status_t format_contents(ectx_t *e, sbuf_t *b, const dtype_t
   case K_BYTES: n = c->n_bytes_contents; break;
   default:
     if (count == 0) {
-      sb_puts(b, "[]");
+      tpu_buf_adds(b, "[]");
       return TPU_OIP_JSON_OK;
     }
     return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
@@ -1580,17 +1526,18 @@ static tpu_oip_json_status_t format_contents(ectx_t *e, sbuf_t *b, const dtype_t
     return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
                 "%s: shape %s needs %zu %s elements, contents hold %zu", what, shape, count,
                 dt->name, n);
-  sb_put(b, "[", 1);
+  tpu_buf_add(b, "[", 1);
   for (size_t i = 0; i < n; i++) {
-    if (i) sb_put(b, ",", 1);
+    if (i) tpu_buf_add(b, ",", 1);
     switch (dt->kind) {
-    case K_BOOL: sb_puts(b, c->bool_contents[i] ? "true" : "false"); break;
+    case K_BOOL: tpu_buf_adds(b, c->bool_contents[i] ? "true" : "false"); break;
     case K_UINT:
-      sb_printf(b, "%" PRIu64,
-                dt->size == 8 ? c->uint64_contents[i] : (uint64_t)c->uint_contents[i]);
+      tpu_buf_printf(b, "%" PRIu64,
+                     dt->size == 8 ? c->uint64_contents[i] : (uint64_t)c->uint_contents[i]);
       break;
     case K_INT:
-      sb_printf(b, "%" PRId64, dt->size == 8 ? c->int64_contents[i] : (int64_t)c->int_contents[i]);
+      tpu_buf_printf(b, "%" PRId64,
+                     dt->size == 8 ? c->int64_contents[i] : (int64_t)c->int_contents[i]);
       break;
     case K_FP32:
       if (sb_float(b, c->fp32_contents[i]) != 0) return not_finite(e, what, i, c->fp32_contents[i]);
@@ -1608,7 +1555,7 @@ static tpu_oip_json_status_t format_contents(ectx_t *e, sbuf_t *b, const dtype_t
     default: break;
     }
   }
-  sb_put(b, "]", 1);
+  tpu_buf_add(b, "]", 1);
   return TPU_OIP_JSON_OK;
 }
 
@@ -1634,7 +1581,7 @@ static tpu_oip_json_status_t shape_count(ectx_t *e, const int64_t *shape, size_t
 }
 
 /* Appends a signed integer in decimal (no printf: this runs for every response). */
-static void sb_i64(sbuf_t *b, int64_t v) {
+static void sb_i64(tpu_buf_t *b, int64_t v) {
   char tmp[24];
   int n = 0;
   uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
@@ -1643,20 +1590,20 @@ static void sb_i64(sbuf_t *b, int64_t v) {
     u /= 10;
   } while (u);
   if (v < 0) tmp[sizeof tmp - 1 - n++] = '-';
-  sb_put(b, tmp + sizeof tmp - n, (size_t)n);
+  tpu_buf_add(b, tmp + sizeof tmp - n, (size_t)n);
 }
 
-static void sb_shape(sbuf_t *b, const int64_t *shape, size_t rank) {
-  sb_put(b, "[", 1);
+static void sb_shape(tpu_buf_t *b, const int64_t *shape, size_t rank) {
+  tpu_buf_add(b, "[", 1);
   for (size_t i = 0; i < rank; i++) {
-    if (i) sb_put(b, ",", 1);
+    if (i) tpu_buf_add(b, ",", 1);
     sb_i64(b, shape[i]);
   }
-  sb_put(b, "]", 1);
+  tpu_buf_add(b, "]", 1);
 }
 
 /* Appends a string field's literal, refusing text JSON cannot carry. */
-static tpu_oip_json_status_t sb_field_string(ectx_t *e, sbuf_t *b, const char *s,
+static tpu_oip_json_status_t sb_field_string(ectx_t *e, tpu_buf_t *b, const char *s,
                                              const char *what) {
   if (!s) s = "";
   size_t n = strlen(s);
@@ -1666,25 +1613,25 @@ static tpu_oip_json_status_t sb_field_string(ectx_t *e, sbuf_t *b, const char *s
   return TPU_OIP_JSON_OK;
 }
 
-static tpu_oip_json_status_t format_params(ectx_t *e, sbuf_t *b, size_t n,
+static tpu_oip_json_status_t format_params(ectx_t *e, tpu_buf_t *b, size_t n,
                                            param_entry_t *const *arr, const char *what) {
-  sb_put(b, "{", 1);
+  tpu_buf_add(b, "{", 1);
   for (size_t i = 0; i < n; i++) {
     const param_entry_t *ent = arr[i];
-    if (i) sb_put(b, ",", 1);
+    if (i) tpu_buf_add(b, ",", 1);
     tpu_oip_json_status_t st = sb_field_string(e, b, ent->key, what);
     if (st != TPU_OIP_JSON_OK) return st;
-    sb_put(b, ":", 1);
+    tpu_buf_add(b, ":", 1);
     const Inference__InferParameter *p = ent->value;
     switch (p ? p->parameter_choice_case : INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE__NOT_SET) {
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM:
-      sb_puts(b, p->bool_param ? "true" : "false");
+      tpu_buf_adds(b, p->bool_param ? "true" : "false");
       break;
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM:
-      sb_printf(b, "%" PRId64, p->int64_param);
+      tpu_buf_printf(b, "%" PRId64, p->int64_param);
       break;
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM:
-      sb_printf(b, "%" PRIu64, p->uint64_param);
+      tpu_buf_printf(b, "%" PRIu64, p->uint64_param);
       break;
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM:
       if (sb_double(b, p->double_param) != 0)
@@ -1698,10 +1645,10 @@ static tpu_oip_json_status_t format_params(ectx_t *e, sbuf_t *b, size_t n,
       st = sb_field_string(e, b, p->string_param, what);
       if (st != TPU_OIP_JSON_OK) return st;
       break;
-    default: sb_puts(b, "null"); break;
+    default: tpu_buf_adds(b, "null"); break;
     }
   }
-  sb_put(b, "}", 1);
+  tpu_buf_add(b, "}", 1);
   return TPU_OIP_JSON_OK;
 }
 
@@ -1738,34 +1685,33 @@ tpu_oip_json_status_t tpu_oip_json_infer_response_format(const Inference__ModelI
     return fail(err, errlen, TPU_OIP_JSON_INVALID,
                 "response has %zu outputs but %zu raw_output_contents", resp->n_outputs,
                 resp->n_raw_output_contents);
-  sbuf_t b = {0};
+  tpu_buf_t b = {0};
   tpu_oip_json_status_t st;
   { /* One allocation for the usual answer: about 16 bytes of text per raw data byte of 4. */
     size_t guess = 256;
     for (size_t i = 0; i < resp->n_raw_output_contents && guess < ((size_t)1 << 24); i++)
       guess += resp->raw_output_contents[i].len * 4;
     if (guess > ((size_t)1 << 24)) guess = (size_t)1 << 24;
-    b.p = malloc(guess);
-    if (b.p) b.cap = guess;
+    if (tpu_buf_reserve(&b, guess) != 0) tpu_buf_clear(&b); /* too big a guess: grow as it goes */
   }
-  sb_puts(&b, "{\"model_name\":");
+  tpu_buf_adds(&b, "{\"model_name\":");
   if ((st = sb_field_string(&e, &b, resp->model_name, "model_name")) != TPU_OIP_JSON_OK) goto fail;
   if (resp->model_version && *resp->model_version) {
-    sb_puts(&b, ",\"model_version\":");
+    tpu_buf_adds(&b, ",\"model_version\":");
     st = sb_field_string(&e, &b, resp->model_version, "model_version");
     if (st != TPU_OIP_JSON_OK) goto fail;
   }
   if (resp->id && *resp->id) {
-    sb_puts(&b, ",\"id\":");
+    tpu_buf_adds(&b, ",\"id\":");
     if ((st = sb_field_string(&e, &b, resp->id, "id")) != TPU_OIP_JSON_OK) goto fail;
   }
   if (resp->n_parameters) {
-    sb_puts(&b, ",\"parameters\":");
+    tpu_buf_adds(&b, ",\"parameters\":");
     st = format_params(&e, &b, resp->n_parameters, (param_entry_t *const *)resp->parameters,
                        "parameters");
     if (st != TPU_OIP_JSON_OK) goto fail;
   }
-  sb_puts(&b, ",\"outputs\":[");
+  tpu_buf_adds(&b, ",\"outputs\":[");
   for (size_t i = 0; i < resp->n_outputs; i++) {
     const Inference__ModelInferResponse__InferOutputTensor *o = resp->outputs[i];
     char what[128]; /* "outputs[0] 'name'" for messages */
@@ -1782,19 +1728,19 @@ tpu_oip_json_status_t tpu_oip_json_infer_response_format(const Inference__ModelI
     }
     size_t count;
     if ((st = shape_count(&e, o->shape, o->n_shape, what, &count)) != TPU_OIP_JSON_OK) goto fail;
-    if (i) sb_put(&b, ",", 1);
-    sb_puts(&b, "{\"name\":");
+    if (i) tpu_buf_add(&b, ",", 1);
+    tpu_buf_adds(&b, "{\"name\":");
     if ((st = sb_field_string(&e, &b, o->name, what)) != TPU_OIP_JSON_OK) goto fail;
-    sb_puts(&b, ",\"datatype\":\"");
-    sb_puts(&b, dt->name);
-    sb_puts(&b, "\",\"shape\":");
+    tpu_buf_adds(&b, ",\"datatype\":\"");
+    tpu_buf_adds(&b, dt->name);
+    tpu_buf_adds(&b, "\",\"shape\":");
     sb_shape(&b, o->shape, o->n_shape);
     if (o->n_parameters) {
-      sb_puts(&b, ",\"parameters\":");
+      tpu_buf_adds(&b, ",\"parameters\":");
       st = format_params(&e, &b, o->n_parameters, (param_entry_t *const *)o->parameters, what);
       if (st != TPU_OIP_JSON_OK) goto fail;
     }
-    sb_puts(&b, ",\"data\":");
+    tpu_buf_adds(&b, ",\"data\":");
     if (resp->n_raw_output_contents) {
       const ProtobufCBinaryData *raw = &resp->raw_output_contents[i];
       if (dt->size && raw->len != count * dt->size) {
@@ -1812,18 +1758,18 @@ tpu_oip_json_status_t tpu_oip_json_infer_response_format(const Inference__ModelI
       st = format_contents(&e, &b, dt, o->contents, count, what, s);
     }
     if (st != TPU_OIP_JSON_OK) goto fail;
-    sb_put(&b, "}", 1);
+    tpu_buf_add(&b, "}", 1);
   }
-  sb_puts(&b, "]}");
+  tpu_buf_adds(&b, "]}");
   if (b.oom) {
     st = nomem(err, errlen);
     goto fail;
   }
-  *out = b.p;
+  *out = tpu_buf_detach(&b, NULL);
   return TPU_OIP_JSON_OK;
 
 fail:
-  free(b.p);
+  tpu_buf_free(&b);
   return st;
 }
 
@@ -1849,17 +1795,17 @@ tpu_oip_json_status_t tpu_oip_json_tensor_format(const char *datatype, const int
                 dt->name, nbytes);
   }
   if (nbytes && !data) return fail(err, errlen, TPU_OIP_JSON_INVALID, "tensor: no data");
-  sbuf_t b = {0};
-  sb_puts(&b, "{\"shape\":");
+  tpu_buf_t b = {0};
+  tpu_buf_adds(&b, "{\"shape\":");
   sb_shape(&b, shape, rank);
-  sb_printf(&b, ",\"datatype\":\"%s\",\"data\":", dt->name);
+  tpu_buf_printf(&b, ",\"datatype\":\"%s\",\"data\":", dt->name);
   st = format_raw_data(&e, &b, dt, data, nbytes, count, "tensor");
-  sb_put(&b, "}", 1);
+  tpu_buf_add(&b, "}", 1);
   if (st == TPU_OIP_JSON_OK && b.oom) st = nomem(err, errlen);
   if (st != TPU_OIP_JSON_OK) {
-    free(b.p);
+    tpu_buf_free(&b);
     return st;
   }
-  *out = b.p;
+  *out = tpu_buf_detach(&b, NULL);
   return TPU_OIP_JSON_OK;
 }

@@ -51,14 +51,12 @@ oom:
   return -1;
 }
 
-void tpu_buf_add(tpu_buf_t *b, const void *s, size_t n) {
+void tpu__buf_add_grow(tpu_buf_t *b, const void *s, size_t n) {
   if (tpu_buf_reserve(b, n) != 0) return;
   if (n) memcpy(b->p + b->len, s, n);
   b->len += n;
   b->p[b->len] = '\0';
 }
-
-void tpu_buf_adds(tpu_buf_t *b, const char *s) { tpu_buf_add(b, s, strlen(s)); }
 
 void tpu_buf_vprintf(tpu_buf_t *b, const char *fmt, va_list ap) {
   if (b->oom) return;

@@ -23,6 +23,10 @@
  * of the held list, and relocate() starts the new file with a gap or rotate record and builds
  * the batch again with new seqs. So that the module's own records survive this, they are nodes
  * too (internal = 1: not counted as submitted); a batch is [boundary][lost][held records...].
+ *
+ * The batch is a tpu_buf_t: a record that did not fit in memory sets its oom flag, and such a
+ * batch is never written (a record cut short would break the chain): commit() unwinds it as
+ * above and enters the failed state, and each retry (every retry_ms) builds it again.
  */
 #define _GNU_SOURCE /* memrchr */
 #include "audit.h"
@@ -49,6 +53,7 @@
 #include "clock.h"
 #include "file.h"
 #include "log.h"
+#include "tpu_text.h"
 
 #define STR_MAX 1024         /* bytes kept of each string field */
 #define MESSAGE_MAX 4096     /* bytes kept of the message */
@@ -67,11 +72,6 @@ typedef struct tpu__audit_node {
   tpu_audit_record_t rec; /* strings point into data */
   char data[];
 } node_t;
-
-typedef struct {
-  char *p;
-  size_t len, cap;
-} buf_t;
 
 struct tpu_audit {
   tpu_audit_config_t cfg;
@@ -105,7 +105,7 @@ struct tpu_audit {
   char last_hash[65];     /* hash of record `seq` */
   uint64_t disk_seq;      /* last seq committed */
   char disk_hash[65];
-  buf_t batch;            /* serialized, not yet committed */
+  tpu_buf_t batch;        /* serialized, not yet committed */
   node_t *bhead, *btail;  /* the caller records in batch */
   size_t bcount;
   uint64_t blast_seq;
@@ -115,10 +115,12 @@ struct tpu_audit {
   int dirty;              /* bytes written since the last fdatasync */
   int want_rotate;        /* a reopen request that arrived while failing */
   int sync_failed;
+  int rebuild;            /* the batch was taken back (out of memory): build it on the next retry */
   uint64_t last_sync_us, last_head_us, next_retry_us, head_seq;
 
   _Atomic int failed;
   _Atomic int inject;
+  _Atomic int inject_oom; /* tpu_audit__inject_oom */
   _Atomic uint64_t st_written, st_lost, st_bytes, st_fsyncs, st_errors, st_rotations;
   _Atomic uint64_t st_seq, st_synced_seq, st_queued, st_files_deleted;
   _Atomic uint64_t lost_unreported; /* refused records no "lost" record has mentioned yet */
@@ -343,26 +345,6 @@ int tpu_audit_load_key(const char *path, uint8_t *key, size_t cap, char *err, si
   return (int)n;
 }
 
-static int buf_reserve(buf_t *b, size_t more) {
-  if (b->len + more <= b->cap) return 0;
-  size_t cap = b->cap ? b->cap : 4096;
-  while (cap < b->len + more) cap *= 2;
-  char *p = realloc(b->p, cap);
-  if (!p) return -1;
-  b->p = p;
-  b->cap = cap;
-  return 0;
-}
-
-static void buf_add(buf_t *b, const char *s, size_t n) {
-  if (buf_reserve(b, n) == 0) {
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-  }
-}
-
-static void buf_adds(buf_t *b, const char *s) { buf_add(b, s, strlen(s)); }
-
 /* Length of the valid UTF-8 sequence at s (n bytes left), or 0 if invalid. */
 static size_t utf8_len(const unsigned char *s, size_t n) {
   unsigned c = s[0];
@@ -384,15 +366,15 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
 }
 
 /* Appends s as a JSON string (quoted, escaped, invalid UTF-8 as U+FFFD). */
-static void buf_json_str(buf_t *b, const char *s) {
-  buf_add(b, "\"", 1);
+static void buf_json_str(tpu_buf_t *b, const char *s) {
+  tpu_buf_add(b, "\"", 1);
   const unsigned char *p = (const unsigned char *)(s ? s : "");
   size_t n = strlen((const char *)p);
   for (size_t i = 0; i < n;) {
     unsigned c = p[i];
     if (c == '"' || c == '\\') {
       char e[2] = {'\\', (char)c};
-      buf_add(b, e, 2);
+      tpu_buf_add(b, e, 2);
       i++;
     } else if (c < 0x20) {
       char e[8];
@@ -400,20 +382,20 @@ static void buf_json_str(buf_t *b, const char *s) {
       else if (c == '\t') memcpy(e, "\\t", 3);
       else if (c == '\r') memcpy(e, "\\r", 3);
       else snprintf(e, sizeof e, "\\u%04x", c);
-      buf_adds(b, e);
+      tpu_buf_adds(b, e);
       i++;
     } else {
       size_t k = utf8_len(p + i, n - i);
       if (k == 0) {
-        buf_add(b, "\xef\xbf\xbd", 3);
+        tpu_buf_add(b, "\xef\xbf\xbd", 3);
         i++;
       } else {
-        buf_add(b, (const char *)p + i, k);
+        tpu_buf_add(b, (const char *)p + i, k);
         i += k;
       }
     }
   }
-  buf_add(b, "\"", 1);
+  tpu_buf_add(b, "\"", 1);
 }
 
 static void rfc3339_now(char out[40]) {
@@ -426,36 +408,38 @@ static void rfc3339_now(char out[40]) {
 }
 
 /* Serializes one record at the chain head (a->seq + 1) onto b: the writer's only formatter. */
-static uint64_t emit(tpu_audit_t *a, buf_t *b, const tpu_audit_record_t *r) {
+static uint64_t emit(tpu_audit_t *a, tpu_buf_t *b, const tpu_audit_record_t *r) {
   uint64_t seq = ++a->seq;
   char tbuf[40], num[400];
   rfc3339_now(tbuf);
   size_t start = b->len;
   snprintf(num, sizeof num, "{\"seq\":%" PRIu64 ",\"time\":\"%s\",\"kind\":", seq, tbuf);
-  buf_adds(b, num);
+  tpu_buf_adds(b, num);
+  if (atomic_load(&a->inject_oom)) b->oom = 1; /* as if the buffer could not grow from here */
   buf_json_str(b, r->kind ? r->kind : TPU_AUDIT_KIND_REQUEST);
   static const char *const keys[] = {"request_id", "client", "model", "version",
                                      "input_sha256", "output_sha256", "status", "message"};
   const char *vals[] = {r->request_id, r->client, r->model, r->version,
                         r->input_sha256, r->output_sha256, r->status, r->message};
   for (int i = 0; i < 8; i++) {
-    buf_add(b, ",\"", 2);
-    buf_adds(b, keys[i]);
-    buf_add(b, "\":", 2);
+    tpu_buf_add(b, ",\"", 2);
+    tpu_buf_adds(b, keys[i]);
+    tpu_buf_add(b, "\":", 2);
     buf_json_str(b, vals[i]);
   }
   snprintf(num, sizeof num,
            ",\"queue_us\":%" PRIu64 ",\"compute_us\":%" PRIu64 ",\"batch_id\":%" PRIu64
            ",\"bucket\":%" PRIu64 ",\"prev\":\"%s\"",
            r->queue_us, r->compute_us, r->batch_id, r->bucket, a->last_hash);
-  buf_adds(b, num);
-  buf_add(b, "}", 1); /* canonical bytes = b[start, len) */
+  tpu_buf_adds(b, num);
+  tpu_buf_add(b, "}", 1); /* canonical bytes = b[start, len) */
+  if (b->oom) return seq; /* cut short: commit() takes the batch back (unwind) */
   char hex[65];
   tpu__audit_mac(a->key, a->keylen, b->p + start, b->len - start, hex);
-  b->len--;
-  buf_adds(b, TPU__AUDIT_HASH_SEP);
-  buf_add(b, hex, 64);
-  buf_add(b, "\"}\n", 3);
+  b->p[--b->len] = '\0'; /* the "}" again: the hash goes before it */
+  tpu_buf_adds(b, TPU__AUDIT_HASH_SEP);
+  tpu_buf_add(b, hex, 64);
+  tpu_buf_add(b, "\"}\n", 3);
   memcpy(a->last_hash, hex, 65);
   return seq;
 }
@@ -587,7 +571,7 @@ static void batch_seal(tpu_audit_t *a) {
 static void unwind(tpu_audit_t *a) {
   a->seq = a->disk_seq;
   memcpy(a->last_hash, a->disk_hash, 65);
-  a->batch.len = 0;
+  tpu_buf_clear(&a->batch);
   if (atomic_load(&a->st_synced_seq) > a->disk_seq) atomic_store(&a->st_synced_seq, a->disk_seq);
   if (a->bhead) {
     a->btail->next = a->hhead;
@@ -741,6 +725,12 @@ static int commit(tpu_audit_t *a) {
       }
       if (relocate(a) != 0) return -1;
     }
+    if (a->batch.oom) { /* a record of it did not fit in memory: never write it cut short */
+      unwind(a);
+      a->rebuild = 1;
+      enter_failed(a, "building a batch", ENOMEM);
+      return -1;
+    }
     if (a->cut_needed) {
       if (ftruncate(a->fd, (off_t)a->good_off) != 0) {
         enter_failed(a, "ftruncate of a partial batch", errno);
@@ -811,7 +801,7 @@ static int commit(tpu_audit_t *a) {
   a->disk_seq = a->blast_seq;
   memcpy(a->disk_hash, a->blast_hash, 65);
   atomic_store(&a->st_seq, a->disk_seq);
-  a->batch.len = 0;
+  tpu_buf_clear(&a->batch);
   node_t *nodes = a->bhead;
   size_t count = a->bcount;
   a->bhead = a->btail = NULL;
@@ -1017,12 +1007,17 @@ static void *writer_main(void *arg) {
     uint64_t now = tpu_now_us();
     int failed = atomic_load(&a->failed);
     if (failed && (now >= a->next_retry_us || stop)) {
+      if (a->rebuild) {
+        a->rebuild = 0;
+        build_batch(a);
+      }
       if (batch_pending(a) || a->lost_path) {
         if (commit(a) == 0 && !a->sync_failed) failed = 0;
       } else if (a->sync_failed) {
         if (sync_now(a) == 0) failed = 0;
       }
-      if (!batch_pending(a) && !a->sync_failed && !a->lost_path) leave_failed(a), failed = 0;
+      if (!batch_pending(a) && !a->sync_failed && !a->lost_path && !a->rebuild)
+        leave_failed(a), failed = 0;
     }
     if (!failed) {
       while ((a->hhead || atomic_load(&a->lost_unreported)) && !batch_pending(a)) {
@@ -1067,7 +1062,7 @@ static void *writer_main(void *arg) {
         if (a->hhead) finish_nodes(a->hhead, TPU_AUDIT_LOST);
         a->bhead = a->btail = a->hhead = a->htail = NULL;
         a->bcount = 0;
-        a->batch.len = 0;
+        tpu_buf_clear(&a->batch);
         account(a, n, n + a->unsynced);
         a->unsynced = 0;
         if (a->cut_needed && ftruncate(a->fd, (off_t)a->good_off) == 0) a->cut_needed = 0;
@@ -1173,7 +1168,7 @@ static int recover(tpu_audit_t *a, char *err, size_t errlen) {
     tpu_log_warn("audit log %s: %zu bytes after seq %" PRIu64 " are not a record (a crash?): "
                  "kept, and vouched for by a \"recovered\" record",
                  a->path, terminated ? n - 1 : n, a->disk_seq);
-    if (!terminated) buf_add(&a->batch, "\n", 1);
+    if (!terminated) tpu_buf_add(&a->batch, "\n", 1);
     tpu_audit_record_t r = {.kind = TPU_AUDIT_KIND_RECOVERED, .status = "DATA_LOSS",
                             .message = msg};
     emit(a, &a->batch, &r);
@@ -1254,6 +1249,7 @@ int tpu_audit_open(const tpu_audit_config_t *cfg, tpu_audit_t **out, char *err, 
   }
   if (recover(a, err, errlen) != 0) goto fail;
   check_head(a);
+  if (a->batch.oom) goto nomem;
   a->last_sync_us = a->last_head_us = tpu_now_us();
   if (batch_pending(a)) { /* recovered / rollback records: on disk before we serve */
     a->blast_seq = a->seq;
@@ -1276,7 +1272,7 @@ nomem:
   snprintf(err, errlen, "audit log: out of memory");
 fail:
   if (a->fd >= 0) close(a->fd);
-  free(a->batch.p);
+  tpu_buf_free(&a->batch);
   free(a->path);
   free(a->head_path);
   free(a);
@@ -1407,6 +1403,13 @@ void tpu_audit__inject_error(tpu_audit_t *a, int err) {
   pthread_mutex_unlock(&a->mu);
 }
 
+void tpu_audit__inject_oom(tpu_audit_t *a, int on) {
+  atomic_store(&a->inject_oom, on);
+  pthread_mutex_lock(&a->mu);
+  pthread_cond_signal(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+}
+
 void tpu_audit_close(tpu_audit_t *a) { tpu_audit_shutdown(a, NULL); }
 
 void tpu_audit_shutdown(tpu_audit_t *a, tpu_audit_stats_t *final) {
@@ -1426,7 +1429,7 @@ void tpu_audit_shutdown(tpu_audit_t *a, tpu_audit_stats_t *final) {
   pthread_mutex_destroy(&a->mu);
   pthread_cond_destroy(&a->cv);
   pthread_cond_destroy(&a->settled_cv);
-  free(a->batch.p);
+  tpu_buf_free(&a->batch);
   free(a->path);
   free(a->head_path);
   free(a);

@@ -268,5 +268,8 @@ int tpu_audit_load_key(const char *path, uint8_t *key, size_t cap, char *err, si
 /* Test hook: while nonzero, the writer's write(2) and fdatasync fail with this errno (a write
  * first writes half its bytes, as a full disk would). Not for production use. */
 void tpu_audit__inject_error(tpu_audit_t *a, int err);
+/* Test hook: while on, every record the writer formats runs out of memory partway (the batch
+ * buffer's oom flag), as if realloc failed. Not for production use. */
+void tpu_audit__inject_oom(tpu_audit_t *a, int on);
 
 #endif /* TPU_AUDIT_H */

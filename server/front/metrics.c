@@ -12,7 +12,6 @@
 #include "metrics.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,92 +20,46 @@
 #include "call.h"
 #include "server_int.h"
 
-void tpu_mbuf_free(tpu_mbuf_t *b) {
-  if (!b) return;
-  free(b->p);
-  memset(b, 0, sizeof *b);
-}
-
-static int reserve(tpu_mbuf_t *b, size_t more) {
-  if (b->oom) return -1;
-  if (b->len + more + 1 <= b->cap) return 0;
-  size_t cap = b->cap ? b->cap : 4096;
-  while (cap < b->len + more + 1) cap *= 2;
-  char *p = realloc(b->p, cap);
-  if (!p) {
-    b->oom = 1;
-    return -1;
-  }
-  b->p = p;
-  b->cap = cap;
-  return 0;
-}
-
-static void put(tpu_mbuf_t *b, const char *s, size_t n) {
-  if (reserve(b, n) != 0) return;
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = 0;
-}
-
-void tpu_mbuf_printf(tpu_mbuf_t *b, const char *fmt, ...) {
-  char tmp[512];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if ((size_t)n < sizeof tmp) {
-    put(b, tmp, (size_t)n);
-    return;
-  }
-  if (reserve(b, (size_t)n) != 0) return;
-  va_start(ap, fmt);
-  vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  b->len += (size_t)n;
-}
-
-void tpu_metrics_family(tpu_mbuf_t *b, const char *name, const char *type, const char *help) {
+void tpu_metrics_family(tpu_buf_t *b, const char *name, const char *type, const char *help) {
   /* HELP text escapes backslash and newline; ours are literals without either. */
-  tpu_mbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+  tpu_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* Label values escape backslash, double quote and newline. */
-static void put_escaped(tpu_mbuf_t *b, const char *s) {
+static void put_escaped(tpu_buf_t *b, const char *s) {
   size_t run = 0, n = strlen(s);
   for (size_t i = 0; i < n; i++) {
     const char *esc = s[i] == '\\' ? "\\\\" : s[i] == '"' ? "\\\"" : s[i] == '\n' ? "\\n" : NULL;
     if (!esc) continue;
-    put(b, s + run, i - run);
-    put(b, esc, 2);
+    tpu_buf_add(b, s + run, i - run);
+    tpu_buf_add(b, esc, 2);
     run = i + 1;
   }
-  put(b, s + run, n - run);
+  tpu_buf_add(b, s + run, n - run);
 }
 
-static void put_labels(tpu_mbuf_t *b, const tpu_mlabel_t *labels, size_t nlabels,
+static void put_labels(tpu_buf_t *b, const tpu_mlabel_t *labels, size_t nlabels,
                        const char *extra_name, const char *extra_value) {
   if (!nlabels && !extra_name) return;
-  put(b, "{", 1);
+  tpu_buf_add(b, "{", 1);
   for (size_t i = 0; i < nlabels; i++) {
-    if (i) put(b, ",", 1);
-    tpu_mbuf_printf(b, "%s=\"", labels[i].name);
+    if (i) tpu_buf_add(b, ",", 1);
+    tpu_buf_printf(b, "%s=\"", labels[i].name);
     put_escaped(b, labels[i].value ? labels[i].value : "");
-    put(b, "\"", 1);
+    tpu_buf_add(b, "\"", 1);
   }
   if (extra_name) {
-    if (nlabels) put(b, ",", 1);
-    tpu_mbuf_printf(b, "%s=\"%s\"", extra_name, extra_value);
+    if (nlabels) tpu_buf_add(b, ",", 1);
+    tpu_buf_printf(b, "%s=\"%s\"", extra_name, extra_value);
   }
-  put(b, "}", 1);
+  tpu_buf_add(b, "}", 1);
 }
 
-void tpu_metrics_u64(tpu_mbuf_t *b, const char *name, const tpu_mlabel_t *labels, size_t nlabels,
+void tpu_metrics_u64(tpu_buf_t *b, const char *name, const tpu_mlabel_t *labels, size_t nlabels,
                      uint64_t value) {
-  put(b, name, strlen(name));
+  tpu_buf_adds(b, name);
   put_labels(b, labels, nlabels, NULL, NULL);
-  tpu_mbuf_printf(b, " %llu\n", (unsigned long long)value);
+  tpu_buf_printf(b, " %llu\n", (unsigned long long)value);
 }
 
 static void fmt_double(char *buf, size_t len, double v) {
@@ -129,16 +82,16 @@ static void fmt_double(char *buf, size_t len, double v) {
   }
 }
 
-void tpu_metrics_double(tpu_mbuf_t *b, const char *name, const tpu_mlabel_t *labels,
+void tpu_metrics_double(tpu_buf_t *b, const char *name, const tpu_mlabel_t *labels,
                         size_t nlabels, double value) {
   char v[40];
   fmt_double(v, sizeof v, value);
-  put(b, name, strlen(name));
+  tpu_buf_adds(b, name);
   put_labels(b, labels, nlabels, NULL, NULL);
-  tpu_mbuf_printf(b, " %s\n", v);
+  tpu_buf_printf(b, " %s\n", v);
 }
 
-void tpu_metrics_histogram(tpu_mbuf_t *b, const char *name, const tpu_mlabel_t *labels,
+void tpu_metrics_histogram(tpu_buf_t *b, const char *name, const tpu_mlabel_t *labels,
                            size_t nlabels, const tpu_hist_t *h, const uint64_t *bounds,
                            size_t nbounds, double divisor) {
   char bucket[160], le[40];
@@ -150,19 +103,19 @@ void tpu_metrics_histogram(tpu_mbuf_t *b, const char *name, const tpu_mlabel_t *
       fmt_double(le, sizeof le, (double)bounds[i] / divisor);
     else
       snprintf(le, sizeof le, "+Inf");
-    put(b, bucket, strlen(bucket));
+    tpu_buf_adds(b, bucket);
     put_labels(b, labels, nlabels, "le", le);
-    tpu_mbuf_printf(b, " %llu\n", (unsigned long long)cum);
+    tpu_buf_printf(b, " %llu\n", (unsigned long long)cum);
   }
   uint64_t sum = atomic_load_explicit((_Atomic uint64_t *)&h->sum, memory_order_relaxed);
   char v[40];
   fmt_double(v, sizeof v, (double)sum / divisor);
-  tpu_mbuf_printf(b, "%s_sum", name);
+  tpu_buf_printf(b, "%s_sum", name);
   put_labels(b, labels, nlabels, NULL, NULL);
-  tpu_mbuf_printf(b, " %s\n", v);
-  tpu_mbuf_printf(b, "%s_count", name);
+  tpu_buf_printf(b, " %s\n", v);
+  tpu_buf_printf(b, "%s_count", name);
   put_labels(b, labels, nlabels, NULL, NULL);
-  tpu_mbuf_printf(b, " %llu\n", (unsigned long long)cum); /* == the +Inf bucket, by construction */
+  tpu_buf_printf(b, " %llu\n", (unsigned long long)cum); /* == the +Inf bucket, by construction */
 }
 
 /* ---- the renderer ---- */
@@ -194,7 +147,7 @@ static uint64_t m_cycles(tpu__model_t *m) { return get(&m->stats.sim_cycles); }
 static uint64_t m_queue(tpu__model_t *m) { return m->batcher ? tpu_batcher_queued_rows(m->batcher) : 0; }
 static uint64_t m_memory(tpu__model_t *m) { return m->memory_bytes; }
 
-static void model_family(tpu_mbuf_t *b, tpu__models_t *t, const char *name, const char *type,
+static void model_family(tpu_buf_t *b, tpu__models_t *t, const char *name, const char *type,
                          const char *help, model_u64_fn fn) {
   tpu_metrics_family(b, name, type, help);
   for (size_t i = 0; i < t->n; i++) {
@@ -207,7 +160,7 @@ static void model_family(tpu_mbuf_t *b, tpu__models_t *t, const char *name, cons
 
 typedef enum { H_REQUEST, H_QUEUE, H_COMPUTE, H_ROWS } hist_kind_t;
 
-static void model_hist(tpu_mbuf_t *b, tpu__models_t *t, const char *name, const char *help,
+static void model_hist(tpu_buf_t *b, tpu__models_t *t, const char *name, const char *help,
                        hist_kind_t kind) {
   tpu_metrics_family(b, name, "histogram", help);
   for (size_t i = 0; i < t->n; i++) {
@@ -226,7 +179,7 @@ static void model_hist(tpu_mbuf_t *b, tpu__models_t *t, const char *name, const 
 }
 
 /* The audit log's counters (audit_wire.c); none when --audit-log is not given. */
-static void render_audit(tpu_mbuf_t *b, tpu_server_t *srv) {
+static void render_audit(tpu_buf_t *b, tpu_server_t *srv) {
   tpu_audit_t *a = tpu__audit_enter(srv);
   if (!a) return;
   tpu_audit_stats_t st;
@@ -255,7 +208,7 @@ static void render_audit(tpu_mbuf_t *b, tpu_server_t *srv) {
   }
 }
 
-void tpu__metrics_render(tpu_server_t *srv, tpu_mbuf_t *b) {
+void tpu__metrics_render(tpu_server_t *srv, tpu_buf_t *b) {
   tpu_stats_t *s = &tpu_stats;
   tpu_engine_stats_t es;
   memset(&es, 0, sizeof es);

@@ -2,13 +2,14 @@
  * metrics.h - Prometheus text exposition (format 0.0.4) of tpud's counters.
  *
  * DESIGN
- * Two layers. The writer (tpu_metrics_*) appends well-formed families to a growable text buffer:
- * HELP and TYPE once per family, escaped label values, histograms as cumulative `_bucket{le=..}`
- * lines ending with +Inf, then `_sum` and `_count` (with `_count` equal to the +Inf bucket, since
- * both come from the same read of the bucket counters). It knows nothing of tpud and is unit
- * tested on its own. The renderer (tpu__metrics_render, metrics.c) walks stats.c's counters, the
- * model table and the engine and writes every `tpud_` family; it reads relaxed atomics only and
- * takes no lock on any hot path (queue depth takes the batcher's lock briefly, once per scrape).
+ * Two layers. The writer (tpu_metrics_*) appends well-formed families to a growable text buffer
+ * (tpu_buf_t): HELP and TYPE once per family, escaped label values, histograms as cumulative
+ * `_bucket{le=..}` lines ending with +Inf, then `_sum` and `_count` (with `_count` equal to the
+ * +Inf bucket, since both come from the same read of the bucket counters). It knows nothing of
+ * tpud and is unit tested on its own. The renderer (tpu__metrics_render, metrics.c) walks
+ * stats.c's counters, the model table and the engine and writes every `tpud_` family; it reads
+ * relaxed atomics only and takes no lock on any hot path (queue depth takes the batcher's lock
+ * briefly, once per scrape).
  * Times are exported in seconds (Prometheus base units), counters end in `_total`.
  */
 #ifndef TPU_METRICS_H
@@ -18,19 +19,12 @@
 #include <stdint.h>
 
 #include "stats.h"
+#include "tpu_text.h"
 
-/* A growable text buffer; zero-initialize it. `oom` is set when an append could not grow it. */
-typedef struct {
-  char *p;    /* NUL-terminated text (NULL while empty) */
-  size_t len; /* bytes of text */
-  size_t cap;
-  int oom;
-} tpu_mbuf_t;
-
-/* Frees the text and empties the buffer; accepts NULL. */
-void tpu_mbuf_free(tpu_mbuf_t *b);
-/* Appends printf-formatted text. */
-void tpu_mbuf_printf(tpu_mbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The page is written into a tpu_buf_t (tpu_text.h): zero-initialize it, check `oom` once the
+ * page is written. The old names stay for http.c until it says tpu_buf_t / tpu_buf_free. */
+typedef tpu_buf_t tpu_mbuf_t;
+#define tpu_mbuf_free tpu_buf_free
 
 /* One label: name (a Prometheus label name) and value (escaped on output). */
 typedef struct {
@@ -39,12 +33,12 @@ typedef struct {
 } tpu_mlabel_t;
 
 /* Writes "# HELP name help" and "# TYPE name type" (type: counter, gauge, histogram). */
-void tpu_metrics_family(tpu_mbuf_t *b, const char *name, const char *type, const char *help);
+void tpu_metrics_family(tpu_buf_t *b, const char *name, const char *type, const char *help);
 
 /* Writes one sample line `name{labels} value`; nlabels may be 0. Integers are written exactly. */
-void tpu_metrics_u64(tpu_mbuf_t *b, const char *name, const tpu_mlabel_t *labels, size_t nlabels,
+void tpu_metrics_u64(tpu_buf_t *b, const char *name, const tpu_mlabel_t *labels, size_t nlabels,
                      uint64_t value);
-void tpu_metrics_double(tpu_mbuf_t *b, const char *name, const tpu_mlabel_t *labels,
+void tpu_metrics_double(tpu_buf_t *b, const char *name, const tpu_mlabel_t *labels,
                         size_t nlabels, double value);
 
 /*
@@ -53,12 +47,12 @@ void tpu_metrics_double(tpu_mbuf_t *b, const char *name, const tpu_mlabel_t *lab
  * name_count. divisor converts units (1e6 for microseconds to seconds; 1 for rows); dividing
  * keeps decimal bounds exact in print ("5e-05", not "4.9999999999999996e-05").
  */
-void tpu_metrics_histogram(tpu_mbuf_t *b, const char *name, const tpu_mlabel_t *labels,
+void tpu_metrics_histogram(tpu_buf_t *b, const char *name, const tpu_mlabel_t *labels,
                            size_t nlabels, const tpu_hist_t *h, const uint64_t *bounds,
                            size_t nbounds, double divisor);
 
 struct tpu_server;
 /* Appends every tpud_ metric of the running server (any thread; reads counters only). */
-void tpu__metrics_render(struct tpu_server *srv, tpu_mbuf_t *b);
+void tpu__metrics_render(struct tpu_server *srv, tpu_buf_t *b);
 
 #endif /* TPU_METRICS_H */

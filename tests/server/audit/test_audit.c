@@ -799,6 +799,49 @@ static void test_fail_closed_real_efbig(void) {
   rm_dir();
 }
 
+/* A batch that ran out of memory while being built is never written (a record cut short would
+ * break the chain): the log fails closed, retries, and writes every record whole once memory is
+ * back, none lost. */
+static void test_fail_closed_out_of_memory(void) {
+  fresh_dir();
+  reset_fates();
+  tpu_audit_config_t c;
+  cfg_default(&c);
+  c.retry_ms = 20;
+  tpu_audit_t *a = open_log(&c);
+  submit_cb(a, 3);
+  CU_ASSERT_EQUAL(tpu_audit_flush(a, 5000), 0);
+  struct stat before, after;
+  CU_ASSERT_EQUAL_FATAL(stat(logp, &before), 0);
+
+  tpu_audit__inject_oom(a, 1);
+  submit_cb(a, 4);
+  WAIT_FOR(!tpu_audit_healthy(a));
+  CU_ASSERT_EQUAL(tpu_audit_healthy(a), 0);
+  CU_ASSERT_EQUAL(tpu_audit_admit(a), 0);
+  sleep_ms(100); /* several retries, each out of memory again */
+  tpu_audit_stats_t st;
+  tpu_audit_stats(a, &st);
+  CU_ASSERT(st.write_errors >= 2);
+  CU_ASSERT_EQUAL(st.seq, 3);
+  CU_ASSERT_EQUAL(atomic_load(&fired_written), 3);
+  CU_ASSERT_EQUAL_FATAL(stat(logp, &after), 0);
+  CU_ASSERT_EQUAL(after.st_size, before.st_size); /* not a byte of the cut records */
+
+  tpu_audit__inject_oom(a, 0);
+  CU_ASSERT_EQUAL(tpu_audit_flush(a, 5000), 0);
+  CU_ASSERT_EQUAL(tpu_audit_healthy(a), 1);
+  CU_ASSERT_EQUAL(atomic_load(&fired_written), 7);
+  tpu_audit_stats(a, &st);
+  CU_ASSERT_EQUAL(st.records_lost, 0);
+  CU_ASSERT_EQUAL(st.seq, 7);
+  tpu_audit_close(a);
+  tpu_audit_verify_result_t res;
+  CU_ASSERT_EQUAL(verify1(logp, NULL, 0, headp, &res), TPU_AUDIT_VERIFY_OK);
+  CU_ASSERT_EQUAL(res.records, 7);
+  rm_dir();
+}
+
 static void test_fail_open_counts_lost(void) {
   fresh_dir();
   reset_fates();
@@ -1199,6 +1242,7 @@ TPU_TEST_SUITE(audit, {"format_and_chain", test_format_and_chain},
                {"always_callbacks_after_fdatasync", test_always_callbacks_after_fdatasync},
                {"fail_closed_and_recover", test_fail_closed_and_recover},
                {"fail_closed_real_efbig", test_fail_closed_real_efbig},
+               {"fail_closed_out_of_memory", test_fail_closed_out_of_memory},
                {"fail_open_counts_lost", test_fail_open_counts_lost},
                {"close_while_failing", test_close_while_failing},
                {"deleted_while_open", test_deleted_while_open},
