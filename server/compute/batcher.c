@@ -23,7 +23,9 @@
 #include <string.h>
 
 #include "clock.h"
+#include "fifo.h"
 #include "log.h"
+#include "queue.h"
 #include "thread.h"
 
 typedef struct {
@@ -49,7 +51,7 @@ struct tpu_batcher {
 
   pthread_mutex_t mu; /* guards everything below */
   pthread_cond_t cv;
-  tpu_qnode_t *head, *tail;
+  tpu_qlist_t queue; /* requests, linked through r->link; the head may be partly taken */
   size_t queued_rows;
   size_t target;      /* rows worth waiting for now (1..cap): submit wakes the thread at it */
   int stopping, aborting;
@@ -63,12 +65,6 @@ size_t tpu_batcher_bucket_for(const size_t *buckets, size_t nbuckets, size_t n) 
 }
 
 static tpu_batch_req_t *req_of(tpu_qnode_t *n) { return tpu_container_of(n, tpu_batch_req_t, link); }
-
-/* Caller holds mu. */
-static void do_pop_head(tpu_batcher_t *b) {
-  b->head = b->head->next;
-  if (!b->head) b->tail = NULL;
-}
 
 static void finish(tpu_batcher_t *b, tpu_batch_req_t *r) {
   if (r->done)
@@ -139,8 +135,8 @@ static void *batcher_main(void *arg) {
   tpu_batcher_t *b = arg;
   pthread_mutex_lock(&b->mu);
   for (;;) {
-    while (!b->head && !b->stopping) pthread_cond_wait(&b->cv, &b->mu);
-    if (!b->head) break; /* stopping and drained */
+    while (!b->queue.head && !b->stopping) pthread_cond_wait(&b->cv, &b->mu);
+    if (!b->queue.head) break; /* stopping and drained */
     /* Wait for the batch to fill, at most max_queue_delay_us after the oldest row arrived, and
      * only up to the rows recent batches actually got (the target): under a load that brings
      * 40 rows per batch window it waits for ~40, with one closed-loop client it stops waiting
@@ -150,7 +146,7 @@ static void *batcher_main(void *arg) {
     if (b->target < 1) b->target = 1;
     if (b->target > b->cap) b->target = b->cap;
     while (!b->stopping && b->queued_rows < b->target) {
-      uint64_t until = req_of(b->head)->enqueued_us + b->cfg.max_queue_delay_us;
+      uint64_t until = req_of(b->queue.head)->enqueued_us + b->cfg.max_queue_delay_us;
       if (tpu_now_us() >= until) break;
       wait_until(b, until);
     }
@@ -158,8 +154,8 @@ static void *batcher_main(void *arg) {
     tpu_qnode_t *failed = NULL, **failed_tail = &failed;
     size_t n = 0, nsegs = 0;
     uint64_t now = tpu_now_us();
-    while (b->head && n < b->cap) {
-      tpu_batch_req_t *r = req_of(b->head);
+    while (b->queue.head && n < b->cap) {
+      tpu_batch_req_t *r = req_of(b->queue.head);
       int code = TPU_CODE_OK;
       if (r->code != TPU_CODE_OK) {
         code = r->code; /* an earlier chunk failed: msg already set */
@@ -177,7 +173,7 @@ static void *batcher_main(void *arg) {
         fail_req(r, code, "%s: deadline expired while queued; request not computed", b->name);
       }
       if (code != TPU_CODE_OK) {
-        do_pop_head(b);
+        tpu_qlist_pop(&b->queue);
         b->queued_rows -= r->rows - r->taken;
         if (r->taken == 0) r->queue_us = now - r->enqueued_us;
         r->link.next = NULL;
@@ -197,7 +193,7 @@ static void *batcher_main(void *arg) {
       r->taken += take;
       n += take;
       b->queued_rows -= take;
-      if (r->taken == r->rows) do_pop_head(b);
+      if (r->taken == r->rows) tpu_qlist_pop(&b->queue);
     }
     /* The rows there were to take (capped): what the next batch may expect. */
     {
@@ -317,12 +313,8 @@ int tpu_batcher_submit(tpu_batcher_t *b, tpu_batch_req_t *r, char *msg, size_t m
     return TPU_CODE_RESOURCE_EXHAUSTED;
   }
   r->enqueued_us = tpu_now_us();
-  int was_empty = b->head == NULL;
-  if (b->tail)
-    b->tail->next = &r->link;
-  else
-    b->head = &r->link;
-  b->tail = &r->link;
+  int was_empty = b->queue.head == NULL;
+  tpu_qlist_push(&b->queue, &r->link);
   b->queued_rows += r->rows;
   /* Wake the thread when it may be idle (queue was empty) or its batch just became full. The
    * signal goes after the unlock: signalled under the lock, the woken thread would run on the

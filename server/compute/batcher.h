@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "queue.h"
+#include "fifo.h" /* tpu_qnode_t */
 #include "stats.h"
 
 typedef struct tpu_batcher tpu_batcher_t;

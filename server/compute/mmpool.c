@@ -2,15 +2,16 @@
  * mmpool.c - the MatMul pool: model-free products on compute threads.
  *
  * DESIGN
- * A fixed set of threads takes calls FIFO from one queue (mutex + condition variable: these
- * threads have no event loop to wake, so a condvar is their wake-up). Before computing, a call
- * whose client disconnected (CANCELLED) or whose deadline passed (DEADLINE_EXCEEDED) is answered
- * without compute. An FP32 result that overflowed to infinity or NaN is refused (INVALID_ARGUMENT),
- * never answered. The result goes back to the owning I/O thread's queue; nothing here touches a
- * socket or a connection.
+ * A fixed set of threads takes jobs from one tpu_fifo_t (util/fifo.h: these threads have no
+ * event loop to wake, so the FIFO's condition variable is their wake-up). Before computing, a
+ * job whose client disconnected (CANCELLED) or whose deadline passed (DEADLINE_EXCEEDED) is
+ * answered without compute. An FP32 result that overflowed to infinity or NaN is refused
+ * (INVALID_ARGUMENT), never answered. The result goes back to the owning I/O thread's queue;
+ * nothing here touches a socket or a connection.
  *
- * Lock rules: `mu` guards head/tail/stopping/aborting only; it is never held while computing or
- * while pushing a completion.
+ * Lock rules: the only lock is the FIFO's own (fifo.h), never held while computing or while
+ * calling done. `aborting` is atomic: stop sets it before it closes the FIFO, so every job taken
+ * after the close sees it.
  */
 #include <errno.h>
 #include <math.h>
@@ -23,6 +24,7 @@
 #include <pthread.h>
 
 #include "clock.h"
+#include "fifo.h"
 #include "log.h"
 #include "stats.h"
 #include "validate.h"
@@ -31,15 +33,14 @@ struct tpu__mmpool {
   tpu_engine_t *engine;
   pthread_t *threads;
   unsigned nthreads;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  tpu_qnode_t *head, *tail;
-  int stopping, aborting;
+  tpu_fifo_t jobs; /* linked through job->link; closed by stop */
+  int fifo_ok;     /* jobs was initialized */
+  atomic_int aborting;
 };
 
 /* An FP32 result (FP32 and BF16 operands) that overflowed is refused, as an infer result is
- * (dispatch/methods.c): the operands are finite (validate.c), so the products or their sums left FP32's
- * range. INT8 gives INT32, always finite. */
+ * (dispatch/methods.c): the operands are finite (validate.c), so the products or their sums left
+ * FP32's range. INT8 gives INT32, always finite. */
 static void refuse_nonfinite(tpu__mm_job_t *job) {
   if (job->dtype == TPU_DTYPE_INT8) return; /* INT32 accumulators: always finite */
   if (tpu_validate_result(job->c, job->m, job->n, "matmul: result",
@@ -84,19 +85,8 @@ static void run_matmul(tpu__mmpool_t *p, tpu__mm_job_t *job, int aborting) {
 
 static void *pool_main(void *arg) {
   tpu__mmpool_t *p = arg;
-  pthread_mutex_lock(&p->mu);
-  for (;;) {
-    while (!p->head && !p->stopping) pthread_cond_wait(&p->cv, &p->mu);
-    if (!p->head) break;
-    tpu_qnode_t *n = p->head;
-    p->head = n->next;
-    if (!p->head) p->tail = NULL;
-    int aborting = p->aborting;
-    pthread_mutex_unlock(&p->mu);
-    run_matmul(p, tpu_container_of(n, tpu__mm_job_t, link), aborting);
-    pthread_mutex_lock(&p->mu);
-  }
-  pthread_mutex_unlock(&p->mu);
+  for (tpu_qnode_t *n; (n = tpu_fifo_take(&p->jobs));) /* NULL: stopped and drained */
+    run_matmul(p, tpu_container_of(n, tpu__mm_job_t, link), atomic_load(&p->aborting));
   return NULL;
 }
 
@@ -106,11 +96,8 @@ int tpu__mmpool_create(tpu_engine_t *engine, unsigned threads, tpu__mmpool_t **o
   p->engine = engine;
   p->threads = calloc(threads, sizeof *p->threads);
   if (!p->threads) goto fail;
-  if (pthread_mutex_init(&p->mu, NULL) != 0) goto fail;
-  if (pthread_cond_init(&p->cv, NULL) != 0) {
-    pthread_mutex_destroy(&p->mu);
-    goto fail;
-  }
+  if (tpu_fifo_init(&p->jobs, 0) != 0) goto fail;
+  p->fifo_ok = 1;
   for (unsigned i = 0; i < threads; i++) {
     if (pthread_create(&p->threads[i], NULL, pool_main, p) != 0) {
       tpu__mmpool_free(p);
@@ -127,28 +114,14 @@ fail:
 }
 
 int tpu__mmpool_submit(tpu__mmpool_t *p, tpu__mm_job_t *job) {
-  job->link.next = NULL;
-  pthread_mutex_lock(&p->mu);
-  if (p->stopping) {
-    pthread_mutex_unlock(&p->mu);
-    return -1;
-  }
-  if (p->tail)
-    p->tail->next = &job->link;
-  else
-    p->head = &job->link;
-  p->tail = &job->link;
-  pthread_cond_signal(&p->cv);
-  pthread_mutex_unlock(&p->mu);
-  return 0;
+  /* Unbounded (bound 0), as the pool always was: a refused push means it is stopping. */
+  return tpu_fifo_push(&p->jobs, &job->link) == TPU_FIFO_OK ? 0 : -1;
 }
 
 void tpu__mmpool_stop(tpu__mmpool_t *p, int abort) {
-  pthread_mutex_lock(&p->mu);
-  p->stopping = 1;
-  if (abort) p->aborting = 1;
-  pthread_cond_broadcast(&p->cv);
-  pthread_mutex_unlock(&p->mu);
+  if (!p->fifo_ok) return;
+  if (abort) atomic_store(&p->aborting, 1);
+  tpu_fifo_close(&p->jobs); /* the threads drain what is queued, then exit */
   for (unsigned i = 0; i < p->nthreads; i++) pthread_join(p->threads[i], NULL);
   p->nthreads = 0;
 }
@@ -156,8 +129,7 @@ void tpu__mmpool_stop(tpu__mmpool_t *p, int abort) {
 void tpu__mmpool_free(tpu__mmpool_t *p) {
   if (!p) return;
   tpu__mmpool_stop(p, 1);
-  pthread_cond_destroy(&p->cv);
-  pthread_mutex_destroy(&p->mu);
+  if (p->fifo_ok) tpu_fifo_destroy(&p->jobs);
   free(p->threads);
   free(p);
 }

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "queue.h"
+#include "fifo.h" /* tpu_qnode_t */
 #include "tpu_engine.h"
 
 typedef struct tpu__mmpool tpu__mmpool_t;

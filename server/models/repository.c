@@ -20,7 +20,9 @@
  *
  * Lock rules: `mu` guards table, ops, grave, live, rescan and stopping (see repository.h); it
  * is never held across a scan, a load, a batcher stop or a free. tpu__model_release must not be
- * called with `mu` held (it takes it).
+ * called with `mu` held (it takes it). The ops queue is a tpu_qlist_t (fifo.h) under `mu`, not a
+ * tpu_fifo_t with a lock of its own: the thread sleeps on one condition for ops, graves,
+ * rescans and the poll timer alike.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -33,6 +35,7 @@
 #include <sys/stat.h>
 
 #include "clock.h"
+#include "fifo.h"
 #include "file.h"
 #include "log.h"
 #include "audit_wire.h"
@@ -480,8 +483,7 @@ struct tpu__repo {
   pthread_mutex_t mu; /* guards everything below */
   pthread_cond_t cv;
   tpu__models_t *table;
-  tpu_qnode_t *ops_head, *ops_tail; /* calls, linked through call->job_link (never on the
-                                     * MatMul pool: that link is free) */
+  tpu_qlist_t ops;                  /* tpu__repo_op_t, linked through op->link */
   tpu__model_t *grave;              /* instances whose last reference is gone */
   tpu__model_t *live;               /* every instance not yet freed */
   int rescan, stopping, stopped_compute;
@@ -1259,12 +1261,10 @@ static void *repo_main(void *arg) {
       pthread_mutex_lock(&r->mu);
       continue;
     }
-    if (r->ops_head) {
-      tpu__repo_op_t *op = tpu_container_of(r->ops_head, tpu__repo_op_t, link);
-      r->ops_head = r->ops_head->next;
-      if (!r->ops_head) r->ops_tail = NULL;
+    tpu_qnode_t *n = tpu_qlist_pop(&r->ops);
+    if (n) {
       pthread_mutex_unlock(&r->mu);
-      do_op(r, op);
+      do_op(r, tpu_container_of(n, tpu__repo_op_t, link));
       pthread_mutex_lock(&r->mu);
       continue;
     }
@@ -1286,8 +1286,7 @@ static void *repo_main(void *arg) {
       pthread_cond_wait(&r->cv, &r->mu);
     }
   }
-  tpu_qnode_t *ops = r->ops_head;
-  r->ops_head = r->ops_tail = NULL;
+  tpu_qnode_t *ops = tpu_qlist_take_all(&r->ops);
   pthread_mutex_unlock(&r->mu);
   while (ops) {
     tpu_qnode_t *next = ops->next;
@@ -1355,12 +1354,7 @@ int tpu__repo_submit(tpu__repo_t *r, tpu__repo_op_t *op) {
     pthread_mutex_unlock(&r->mu);
     return -1;
   }
-  op->link.next = NULL;
-  if (r->ops_tail)
-    r->ops_tail->next = &op->link;
-  else
-    r->ops_head = &op->link;
-  r->ops_tail = &op->link;
+  tpu_qlist_push(&r->ops, &op->link);
   pthread_cond_signal(&r->cv);
   pthread_mutex_unlock(&r->mu);
   return 0;

@@ -2,9 +2,9 @@
  * queue.h - a multi-producer, single-consumer message queue with an eventfd wake-up.
  *
  * DESIGN
- * Messages embed a tpu_qnode_t, so pushing allocates nothing. Producers (any thread) append
- * under the queue's mutex; the eventfd is written only when the queue goes from empty to
- * non-empty (h2o lib/common/multithread.c), so a burst of messages costs one wake-up. The
+ * Messages embed a tpu_qnode_t (util/fifo.h), so pushing allocates nothing. Producers (any
+ * thread) append under the queue's mutex; the eventfd is written only when the queue goes from
+ * empty to non-empty (h2o lib/common/multithread.c), so a burst of messages costs one wake-up. The
  * consumer, an event loop watching tpu_queue_fd() for EV_READ, calls tpu_queue_take(), which
  * first clears the eventfd and then takes the whole list: a push that races with the take either
  * lands in the list taken or finds the queue empty and writes the eventfd again, so no message
@@ -24,9 +24,7 @@
 #include <pthread.h>
 #include <stddef.h>
 
-typedef struct tpu_qnode {
-  struct tpu_qnode *next;
-} tpu_qnode_t;
+#include "fifo.h" /* tpu_qnode_t, tpu_container_of */
 
 typedef struct {
   pthread_mutex_t mu;
@@ -50,8 +48,5 @@ void tpu_queue_defer_flush(void);
 tpu_qnode_t *tpu_queue_take(tpu_queue_t *q);
 /* The eventfd to watch for EV_READ. */
 int tpu_queue_fd(const tpu_queue_t *q);
-
-/* container_of for embedded links. */
-#define tpu_container_of(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
 #endif /* TPU_QUEUE_H */
