@@ -313,12 +313,7 @@ void tpu_audit_config_init(tpu_audit_config_t *cfg) {
 }
 
 int tpu_audit_parse_fsync(const char *name, tpu_audit_fsync_t *out) {
-  if (!name) return -1;
-  if (strcmp(name, "always") == 0) *out = TPU_AUDIT_FSYNC_ALWAYS;
-  else if (strcmp(name, "interval") == 0) *out = TPU_AUDIT_FSYNC_INTERVAL;
-  else if (strcmp(name, "never") == 0) *out = TPU_AUDIT_FSYNC_NEVER;
-  else return -1;
-  return 0;
+  return tpu_fsync_parse(name, out);
 }
 
 int tpu_audit_load_key(const char *path, uint8_t *key, size_t cap, char *err, size_t errlen) {

@@ -119,14 +119,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct tpu_audit tpu_audit_t;
+#include "fsync.h" /* tpu_audit_fsync_t, the durability policy (--audit-fsync) */
 
-/* Durability policy (--audit-fsync). */
-typedef enum {
-  TPU_AUDIT_FSYNC_INTERVAL = 0, /* fdatasync at most every fsync_interval_ms (default) */
-  TPU_AUDIT_FSYNC_ALWAYS = 1,   /* fdatasync each batch before its callbacks run */
-  TPU_AUDIT_FSYNC_NEVER = 2     /* leave it to the kernel (still synced before head/rotate) */
-} tpu_audit_fsync_t;
+typedef struct tpu_audit tpu_audit_t;
 
 /* Record kinds (the "kind" field). The server may use others; these are the known ones. */
 #define TPU_AUDIT_KIND_REQUEST "request"         /* one inference or MatMul call */
@@ -166,7 +161,7 @@ typedef struct {
 /* Fills cfg with the defaults above (path NULL). */
 void tpu_audit_config_init(tpu_audit_config_t *cfg);
 
-/* Parses "always", "interval" or "never"; returns 0, or -1 for anything else. */
+/* Parses "always", "interval" or "never"; returns 0, or -1 for anything else (tpu_fsync_parse). */
 int tpu_audit_parse_fsync(const char *name, tpu_audit_fsync_t *out);
 
 /* One record as the caller describes it. Every pointer may be NULL (written as ""); strings are

@@ -8,8 +8,8 @@
  */
 #include "config.h"
 
-#include "audit.h"
 #include "file.h"
+#include "fsync.h"
 #include "tpu_text.h"
 
 #include <errno.h>
@@ -187,7 +187,7 @@ static int store_value(tpu_config_t *cfg, const opt_t *o, const char *value, con
     return 0;
   case OPT_FSYNC: {
     tpu_audit_fsync_t f;
-    if (tpu_audit_parse_fsync(value, &f) != 0) {
+    if (tpu_fsync_parse(value, &f) != 0) {
       tpu_errf(err, errlen, "%s: option '%s' must be one of always, interval, never; got '%s'",
                src, o->name, value);
       return -1;
@@ -413,13 +413,9 @@ struct json_t *tpu_config_to_json(const tpu_config_t *cfg) {
     case OPT_LEVEL:
       v = json_string(tpu_log_level_name(*(const tpu_log_level_t *)(const void *)field));
       break;
-    case OPT_FSYNC: {
-      int f = *(const int *)(const void *)field;
-      v = json_string(f == TPU_AUDIT_FSYNC_ALWAYS ? "always"
-                      : f == TPU_AUDIT_FSYNC_NEVER ? "never"
-                                                   : "interval");
+    case OPT_FSYNC:
+      v = json_string(tpu_fsync_name((tpu_audit_fsync_t) * (const int *)(const void *)field));
       break;
-    }
     case OPT_BOOL: v = json_boolean(*(const int *)(const void *)field); break;
     }
     if (!v || json_object_set_new(o, opt->name, v) != 0) {

@@ -44,7 +44,7 @@ typedef struct {
   char audit_log[4096];        /* the log file */
   char audit_key[4096];        /* HMAC-SHA256 key file; "" = plain SHA-256 */
   char audit_head[4096];       /* head file; "" = <audit_log>.head; "none" = no head file */
-  int audit_fsync;             /* tpu_audit_fsync_t: interval (default), always, never */
+  int audit_fsync;             /* tpu_audit_fsync_t (fsync.h): interval (default), always, never */
   unsigned audit_fsync_interval_ms; /* milliseconds between fdatasyncs with `interval` */
   uint64_t audit_max_bytes;    /* bytes: rotate a file at this size; 0 = only on SIGHUP */
   int audit_fail_open;         /* 1: serve on (counting lost records) when it cannot write */

@@ -6,7 +6,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "config.h"
+#include "fsync.h"
 #include "tpu_test.h"
 
 static tpu_config_result_t parse(tpu_config_t *c, char *err, int argc, const char **argv) {
@@ -65,6 +68,44 @@ static void test_flags(void) {
   CU_ASSERT_EQUAL(c.io_threads, 3);
   CU_ASSERT_EQUAL(c.log_level, TPU_LOG_DEBUG);
   CU_ASSERT_EQUAL(c.max_message_bytes, 1048576);
+}
+
+/* --audit-fsync: parsed here in util (fsync.h), the flag, the file and the JSON form agree. */
+static void test_audit_fsync(void) {
+  tpu_audit_fsync_t f = TPU_AUDIT_FSYNC_NEVER;
+  CU_ASSERT_EQUAL(tpu_fsync_parse("always", &f), 0);
+  CU_ASSERT_EQUAL(f, TPU_AUDIT_FSYNC_ALWAYS);
+  CU_ASSERT_EQUAL(tpu_fsync_parse("interval", &f), 0);
+  CU_ASSERT_EQUAL(f, TPU_AUDIT_FSYNC_INTERVAL);
+  CU_ASSERT_EQUAL(tpu_fsync_parse("never", &f), 0);
+  CU_ASSERT_EQUAL(f, TPU_AUDIT_FSYNC_NEVER);
+  CU_ASSERT_EQUAL(tpu_fsync_parse("Always", &f), -1); /* exact names only */
+  CU_ASSERT_EQUAL(tpu_fsync_parse("", &f), -1);
+  CU_ASSERT_EQUAL(tpu_fsync_parse(NULL, &f), -1);
+  CU_ASSERT_EQUAL(f, TPU_AUDIT_FSYNC_NEVER); /* left alone on failure */
+  CU_ASSERT_STRING_EQUAL(tpu_fsync_name(TPU_AUDIT_FSYNC_ALWAYS), "always");
+  CU_ASSERT_STRING_EQUAL(tpu_fsync_name(TPU_AUDIT_FSYNC_INTERVAL), "interval");
+  CU_ASSERT_STRING_EQUAL(tpu_fsync_name(TPU_AUDIT_FSYNC_NEVER), "never");
+  CU_ASSERT_STRING_EQUAL(tpu_fsync_name((tpu_audit_fsync_t)7), "interval");
+
+  tpu_config_t c;
+  char err[512];
+  const char *argv[] = {"tpud", "--audit-fsync", "always"};
+  CU_ASSERT_EQUAL(parse(&c, err, 3, argv), TPU_CONFIG_OK);
+  CU_ASSERT_EQUAL(c.audit_fsync, TPU_AUDIT_FSYNC_ALWAYS);
+  json_t *j = tpu_config_to_json(&c);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "audit-fsync")), "always");
+  json_decref(j);
+  tpu_config_defaults(&c);
+  CU_ASSERT_EQUAL(c.audit_fsync, TPU_AUDIT_FSYNC_INTERVAL);
+  CU_ASSERT_EQUAL(tpu_config_apply_json(&c, "{\"audit-fsync\": \"never\"}", "f.json", err,
+                                        sizeof err), 0);
+  CU_ASSERT_EQUAL(c.audit_fsync, TPU_AUDIT_FSYNC_NEVER);
+  CU_ASSERT_EQUAL(tpu_config_apply_json(&c, "{\"audit-fsync\": \"sometimes\"}", "f.json", err,
+                                        sizeof err), -1);
+  CU_ASSERT_STRING_EQUAL(err, "f.json: option 'audit-fsync' must be one of always, interval, "
+                              "never; got 'sometimes'");
 }
 
 static void test_file_then_flags(void) {
@@ -166,6 +207,6 @@ static void test_help(void) {
 }
 
 TPU_TEST_SUITE(server_config, {"defaults", test_defaults}, {"flags", test_flags},
-               {"given", test_given},
+               {"given", test_given}, {"audit_fsync", test_audit_fsync},
                {"file_then_flags", test_file_then_flags}, {"bad_flags", test_bad_flags},
                {"bad_json", test_bad_json}, {"help", test_help})
