@@ -26,8 +26,8 @@
 #include "clock.h"
 #include "fifo.h"
 #include "log.h"
+#include "result.h"
 #include "stats.h"
-#include "validate.h"
 
 struct tpu__mmpool {
   tpu_engine_t *engine;

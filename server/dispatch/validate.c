@@ -15,7 +15,6 @@
  */
 #include "validate.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -107,15 +106,6 @@ static int fail_nonfinite(char *msg, size_t msglen, const char *what, const char
   }
   return fail(msg, msglen, "%s: element %s is %s; expected finite %s values (NaN and infinities "
               "are refused)", what, idx, kind, dt);
-}
-
-int tpu_validate_result(const float *y, size_t rows, size_t cols, const char *what,
-                        const char *why, char *msg, size_t msglen) {
-  size_t n = rows * cols, i = first_nonfinite("FP32", y, n);
-  if (i >= n) return 0;
-  snprintf(msg, msglen, "%s element [%zu,%zu] is %s: %s", what, i / cols, i % cols,
-           isnan(y[i]) ? "NaN" : y[i] > 0 ? "infinity" : "-infinity", why);
-  return -1;
 }
 
 size_t tpu_validate_dtype_size(const char *dt) {

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "result.h" /* tpu_validate_result: the check of a computed result, in compute/ */
+
 #define TPU_VALIDATE_MAX_RANK 8     /* dimensions of any request tensor */
 #define TPU_VALIDATE_MAX_TENSORS 64 /* inputs or requested outputs in one request */
 
@@ -91,12 +93,6 @@ size_t tpu_validate_dtype_size(const char *datatype);
  * naming `what` (e.g. "input 'x'"). */
 int tpu_validate_shape(const char *what, const int64_t *shape, size_t rank, size_t elem_size,
                        size_t *count, size_t *bytes, char *msg, size_t msglen);
-
-/* A computed FP32 result of rows × cols values that must be finite (JSON cannot carry NaN or
- * infinity, and a NaN score must never pass for one): 0, or -1 with msg "<what> element [r,c]
- * is NaN: <why>" for the first that is not (infer: the model's output; MatMul: C). */
-int tpu_validate_result(const float *y, size_t rows, size_t cols, const char *what,
-                        const char *why, char *msg, size_t msglen);
 
 /* Formats a shape as "[3,5]" into buf. */
 void tpu_validate_format_shape(const int64_t *shape, size_t rank, char *buf, size_t len);

@@ -1,0 +1,23 @@
+/*
+ * result.h - the check every computed result passes before it is answered.
+ *
+ * DESIGN
+ * Compute threads (the MatMul pool, and dispatch for an infer's output) produce FP32 results that
+ * JSON cannot carry and a client must never mistake for a score when they hold NaN or infinity.
+ * The check reads bits, not floats, so it neither traps nor slows on denormals. It lives in
+ * compute/ because the MatMul pool calls it; dispatch/validate.h includes this header for its
+ * callers there.
+ */
+#ifndef TPU_RESULT_H
+#define TPU_RESULT_H
+
+#include <stddef.h>
+
+/* A computed FP32 result of rows × cols values that must be finite (JSON cannot carry NaN or
+ * infinity, and a NaN score must never pass for one): 0, or -1 with msg "<what> element [r,c]
+ * is NaN: <why>" for the first that is not (infer: the model's output; MatMul: C). y may be NULL
+ * (nothing to check: 0). */
+int tpu_validate_result(const float *y, size_t rows, size_t cols, const char *what,
+                        const char *why, char *msg, size_t msglen);
+
+#endif /* TPU_RESULT_H */
