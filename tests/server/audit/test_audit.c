@@ -713,6 +713,23 @@ static void submit_cb(tpu_audit_t *a, int n) {
   }
 }
 
+/* Once the failure is gone: the log is healthy again and holds all n records, none lost, and
+ * verifies whole (no attempt of a failed batch left in it). Closes the log. */
+static void expect_recovered(tpu_audit_t *a, int n) {
+  CU_ASSERT_EQUAL(tpu_audit_flush(a, 5000), 0);
+  CU_ASSERT_EQUAL(tpu_audit_healthy(a), 1);
+  CU_ASSERT_EQUAL(tpu_audit_admit(a), 1);
+  CU_ASSERT_EQUAL(atomic_load(&fired_written), n);
+  tpu_audit_stats_t st;
+  tpu_audit_stats(a, &st);
+  CU_ASSERT_EQUAL(st.records_lost, 0);
+  CU_ASSERT_EQUAL(st.seq, (uint64_t)n);
+  tpu_audit_close(a);
+  tpu_audit_verify_result_t res;
+  CU_ASSERT_EQUAL(verify1(logp, NULL, 0, headp, &res), TPU_AUDIT_VERIFY_OK);
+  CU_ASSERT_EQUAL(res.records, (uint64_t)n);
+}
+
 static void test_fail_closed_and_recover(void) {
   fresh_dir();
   reset_fates();
@@ -742,18 +759,7 @@ static void test_fail_closed_and_recover(void) {
   CU_ASSERT_EQUAL(atomic_load(&fired_written), 5); /* nobody was told "written" */
 
   tpu_audit__inject_error(a, 0); /* the disk has room again */
-  CU_ASSERT_EQUAL(tpu_audit_flush(a, 5000), 0);
-  CU_ASSERT_EQUAL(tpu_audit_healthy(a), 1);
-  CU_ASSERT_EQUAL(tpu_audit_admit(a), 1);
-  CU_ASSERT_EQUAL(atomic_load(&fired_written), 10);
-  tpu_audit_stats(a, &st);
-  CU_ASSERT_EQUAL(st.records_lost, 0);
-  CU_ASSERT_EQUAL(st.seq, 10);
-  tpu_audit_close(a);
-  /* The half-written attempts were cut off: the log is whole. */
-  tpu_audit_verify_result_t res;
-  CU_ASSERT_EQUAL(verify1(logp, NULL, 0, headp, &res), TPU_AUDIT_VERIFY_OK);
-  CU_ASSERT_EQUAL(res.records, 10);
+  expect_recovered(a, 10);       /* the half-written attempts were cut off */
   rm_dir();
 }
 
@@ -825,16 +831,7 @@ static void test_fail_closed_out_of_memory(void) {
   CU_ASSERT_EQUAL(after.st_size, before.st_size); /* not a byte of the cut records */
 
   tpu_audit__inject_oom(a, 0);
-  CU_ASSERT_EQUAL(tpu_audit_flush(a, 5000), 0);
-  CU_ASSERT_EQUAL(tpu_audit_healthy(a), 1);
-  CU_ASSERT_EQUAL(atomic_load(&fired_written), 7);
-  tpu_audit_stats(a, &st);
-  CU_ASSERT_EQUAL(st.records_lost, 0);
-  CU_ASSERT_EQUAL(st.seq, 7);
-  tpu_audit_close(a);
-  tpu_audit_verify_result_t res;
-  CU_ASSERT_EQUAL(verify1(logp, NULL, 0, headp, &res), TPU_AUDIT_VERIFY_OK);
-  CU_ASSERT_EQUAL(res.records, 7);
+  expect_recovered(a, 7);
   rm_dir();
 }
 
