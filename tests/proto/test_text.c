@@ -112,6 +112,34 @@ static void test_buf_bytes_with_nul(void) {
   tpu_buf_free(&b);
 }
 
+/* From test_metrics.c, where the buffer was metrics' own: printf longer than a formatting
+ * scratch (512 bytes there) and past the first allocation; free twice and NULL. */
+static void test_buf_printf_grows(void) {
+  tpu_buf_t b = {0};
+  tpu_buf_printf(&b, "%s=%d", "a", 1);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(b.p);
+  CU_ASSERT_STRING_EQUAL(b.p, "a=1");
+  CU_ASSERT_EQUAL(b.len, 3);
+  tpu_buf_printf(&b, "%s", "");
+  CU_ASSERT_EQUAL(b.len, 3);
+  char big[3000];
+  memset(big, 'x', sizeof big - 1);
+  big[sizeof big - 1] = 0;
+  for (int i = 0; i < 4; i++) tpu_buf_printf(&b, "[%s]", big);
+  CU_ASSERT_EQUAL(b.len, 3 + 4 * (sizeof big + 1));
+  CU_ASSERT_EQUAL(strlen(b.p), b.len);
+  CU_ASSERT_TRUE(b.cap > b.len);
+  CU_ASSERT_EQUAL(strncmp(b.p, "a=1[xxx", 7), 0);
+  CU_ASSERT_EQUAL(b.p[b.len - 1], ']');
+  CU_ASSERT_FALSE(b.oom);
+  tpu_buf_free(&b);
+  CU_ASSERT_PTR_NULL(b.p);
+  CU_ASSERT_EQUAL(b.len, 0);
+  CU_ASSERT_EQUAL(b.cap, 0);
+  tpu_buf_free(&b); /* twice, and NULL */
+  tpu_buf_free(NULL);
+}
+
 /* printf at the edge of the free space: a result of room-1 bytes fits, one of room does not. */
 static void test_buf_printf_at_the_edge(void) {
   for (size_t extra = 0; extra < 3; extra++) {
@@ -280,6 +308,7 @@ TPU_TEST_SUITE(text, {"errf_formats", test_errf_formats}, {"errf_truncates", tes
                {"errf_null_or_empty_buffer", test_errf_null_or_empty_buffer},
                {"verrf", test_verrf}, {"errf_ret", test_errf_ret},
                {"buf_appends", test_buf_appends}, {"buf_bytes_with_nul", test_buf_bytes_with_nul},
+               {"buf_printf_grows", test_buf_printf_grows},
                {"buf_printf_at_the_edge", test_buf_printf_at_the_edge},
                {"buf_printf_encoding_error", test_buf_printf_encoding_error},
                {"buf_random_against_reference", test_buf_random_against_reference},

@@ -1,8 +1,9 @@
 /*
- * test_metrics.c - the Prometheus text writer (server/front/metrics.h, tpu_mbuf_t and
- * tpu_metrics_*) on its own: family lines, samples with exact integers and shortest doubles,
- * label escaping, histograms (cumulative buckets ending with +Inf, _sum, _count), the buffer's
- * growth. The renderer of tpud's own families needs a running server and is not tested here.
+ * test_metrics.c - the Prometheus text writer (server/front/metrics.h, tpu_metrics_*) on its
+ * own: family lines, samples with exact integers and shortest doubles, label escaping,
+ * histograms (cumulative buckets ending with +Inf, _sum, _count). The buffer it writes into,
+ * tpu_buf_t, is tested with proto/tpu_text (tests/proto/test_text.c). The renderer of tpud's own
+ * families needs a running server and is not tested here.
  */
 #include <math.h>
 #include <stdio.h>
@@ -12,46 +13,19 @@
 #include "metrics.h"
 #include "tpu_test.h"
 
-static void test_mbuf(void) {
-  tpu_mbuf_t b = {0};
-  tpu_mbuf_printf(&b, "%s=%d", "a", 1);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(b.p);
-  CU_ASSERT_STRING_EQUAL(b.p, "a=1");
-  CU_ASSERT_EQUAL(b.len, 3);
-  tpu_mbuf_printf(&b, "%s", "");
-  CU_ASSERT_EQUAL(b.len, 3);
-  /* Longer than the formatting scratch (512 bytes), and past the first allocation. */
-  char big[3000];
-  memset(big, 'x', sizeof big - 1);
-  big[sizeof big - 1] = 0;
-  for (int i = 0; i < 4; i++) tpu_mbuf_printf(&b, "[%s]", big);
-  CU_ASSERT_EQUAL(b.len, 3 + 4 * (sizeof big + 1));
-  CU_ASSERT_EQUAL(strlen(b.p), b.len);
-  CU_ASSERT_TRUE(b.cap > b.len);
-  CU_ASSERT_EQUAL(strncmp(b.p, "a=1[xxx", 7), 0);
-  CU_ASSERT_EQUAL(b.p[b.len - 1], ']');
-  CU_ASSERT_FALSE(b.oom);
-  tpu_mbuf_free(&b);
-  CU_ASSERT_PTR_NULL(b.p);
-  CU_ASSERT_EQUAL(b.len, 0);
-  CU_ASSERT_EQUAL(b.cap, 0);
-  tpu_mbuf_free(&b); /* twice, and NULL */
-  tpu_mbuf_free(NULL);
-}
-
 static void test_family(void) {
-  tpu_mbuf_t b = {0};
+  tpu_buf_t b = {0};
   tpu_metrics_family(&b, "tpud_x_total", "counter", "things counted");
   CU_ASSERT_STRING_EQUAL(b.p, "# HELP tpud_x_total things counted\n# TYPE tpud_x_total counter\n");
-  tpu_mbuf_free(&b);
+  tpu_buf_free(&b);
   tpu_metrics_family(&b, "g", "gauge", "a gauge");
   tpu_metrics_u64(&b, "g", NULL, 0, 7);
   CU_ASSERT_STRING_EQUAL(b.p, "# HELP g a gauge\n# TYPE g gauge\ng 7\n");
-  tpu_mbuf_free(&b);
+  tpu_buf_free(&b);
 }
 
 static void test_u64(void) {
-  tpu_mbuf_t b = {0};
+  tpu_buf_t b = {0};
   tpu_metrics_u64(&b, "c", NULL, 0, 0);
   tpu_metrics_u64(&b, "c", NULL, 0, UINT64_MAX); /* exact, not a double */
   tpu_mlabel_t one[] = {{"code", "OK"}};
@@ -62,11 +36,11 @@ static void test_u64(void) {
                               "c 18446744073709551615\n"
                               "c{code=\"OK\"} 9007199254740993\n"
                               "c{model=\"digits\",version=\"1\"} 3\n");
-  tpu_mbuf_free(&b);
+  tpu_buf_free(&b);
 }
 
 static void test_label_escaping(void) {
-  tpu_mbuf_t b = {0};
+  tpu_buf_t b = {0};
   tpu_mlabel_t l[] = {{"q", "say \"hi\""},
                       {"bs", "C:\\dir\\"},
                       {"nl", "two\nlines\n"},
@@ -81,11 +55,11 @@ static void test_label_escaping(void) {
                               "utf8=\"caf\xc3\xa9\",tab=\"a\tb\"} 1\n");
   /* One line whatever the values hold. */
   CU_ASSERT_EQUAL(strchr(b.p, '\n'), b.p + b.len - 1);
-  tpu_mbuf_free(&b);
+  tpu_buf_free(&b);
 }
 
 static void test_double(void) {
-  tpu_mbuf_t b = {0};
+  tpu_buf_t b = {0};
   tpu_mlabel_t l[] = {{"k", "v\""}};
   tpu_metrics_double(&b, "d", NULL, 0, 0.0);
   tpu_metrics_double(&b, "d", NULL, 0, 0.001);   /* shortest, not 0.0010000000000000000208 */
@@ -98,7 +72,7 @@ static void test_double(void) {
   tpu_metrics_double(&b, "d", l, 1, -INFINITY);
   CU_ASSERT_STRING_EQUAL(b.p, "d 0\nd 0.001\nd 1.5\nd 5e-05\nd -2.25\nd 1e+300\nd NaN\nd +Inf\n"
                               "d{k=\"v\\\"\"} -Inf\n");
-  tpu_mbuf_free(&b);
+  tpu_buf_free(&b);
 }
 
 /* Any finite double reads back as itself (the shortening never loses a bit). */
@@ -110,7 +84,7 @@ static void test_double_round_trip(void) {
     } v;
     do v.u = tpu_test_rand(); while (!isfinite(v.d));
     if (i % 4 == 0) v.d = (double)tpu_test_rand_range(0, 1000000) / 1e6; /* time-like values */
-    tpu_mbuf_t b = {0};
+    tpu_buf_t b = {0};
     tpu_metrics_double(&b, "d", NULL, 0, v.d);
     CU_ASSERT_PTR_NOT_NULL_FATAL(b.p);
     CU_ASSERT_EQUAL_FATAL(strncmp(b.p, "d ", 2), 0);
@@ -119,7 +93,7 @@ static void test_double_round_trip(void) {
     TPU_ASSERT_SEED(end && *end == '\n' && end[1] == 0);
     TPU_ASSERT_SEED(back == v.d);
     TPU_ASSERT_SEED(strlen(b.p) <= 2 + 24 + 1);
-    tpu_mbuf_free(&b);
+    tpu_buf_free(&b);
   }
 }
 
@@ -129,7 +103,7 @@ static void test_histogram(void) {
   memset(&h, 0, sizeof h);
   uint64_t obs[] = {5, 10, 50, 5000, 5000}; /* 10 is ≤ 10: the first bucket */
   for (size_t i = 0; i < sizeof obs / sizeof obs[0]; i++) tpu_hist_observe(&h, bounds, 3, obs[i]);
-  tpu_mbuf_t b = {0};
+  tpu_buf_t b = {0};
   tpu_metrics_histogram(&b, "h", NULL, 0, &h, bounds, 3, 1);
   CU_ASSERT_STRING_EQUAL(b.p, "h_bucket{le=\"10\"} 2\n"
                               "h_bucket{le=\"100\"} 3\n"
@@ -137,7 +111,7 @@ static void test_histogram(void) {
                               "h_bucket{le=\"+Inf\"} 5\n"
                               "h_sum 10065\n"
                               "h_count 5\n");
-  tpu_mbuf_free(&b);
+  tpu_buf_free(&b);
   /* With labels (escaped) before le, and a divisor: microseconds as seconds. */
   tpu_mlabel_t l[] = {{"model", "a\"b"}, {"version", "1"}};
   tpu_metrics_histogram(&b, "t_seconds", l, 2, &h, bounds, 3, 1e6);
@@ -147,21 +121,21 @@ static void test_histogram(void) {
                               "t_seconds_bucket{model=\"a\\\"b\",version=\"1\",le=\"+Inf\"} 5\n"
                               "t_seconds_sum{model=\"a\\\"b\",version=\"1\"} 0.010065\n"
                               "t_seconds_count{model=\"a\\\"b\",version=\"1\"} 5\n");
-  tpu_mbuf_free(&b);
+  tpu_buf_free(&b);
   /* Empty: every bucket 0, still +Inf, _sum and _count. */
   memset(&h, 0, sizeof h);
   tpu_metrics_histogram(&b, "e", NULL, 0, &h, bounds, 3, 1);
   CU_ASSERT_STRING_EQUAL(b.p, "e_bucket{le=\"10\"} 0\ne_bucket{le=\"100\"} 0\n"
                               "e_bucket{le=\"1000\"} 0\ne_bucket{le=\"+Inf\"} 0\ne_sum 0\n"
                               "e_count 0\n");
-  tpu_mbuf_free(&b);
+  tpu_buf_free(&b);
 }
 
 /* The server's microsecond bounds print as exact decimal seconds. */
 static void test_histogram_us_bounds(void) {
   tpu_hist_t h;
   memset(&h, 0, sizeof h);
-  tpu_mbuf_t b = {0};
+  tpu_buf_t b = {0};
   tpu_metrics_histogram(&b, "x", NULL, 0, &h, tpu_hist_us_bounds, TPU_HIST_US_NBOUNDS, 1e6);
   const char *want[] = {"5e-05", "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005",
                         "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "+Inf"};
@@ -176,7 +150,7 @@ static void test_histogram_us_bounds(void) {
     p = nl + 1;
   }
   CU_ASSERT_STRING_EQUAL(p, "x_sum 0\nx_count 0\n");
-  tpu_mbuf_free(&b);
+  tpu_buf_free(&b);
 }
 
 /* Random observations: buckets never decrease, +Inf equals _count equals the observations, each
@@ -194,7 +168,7 @@ static void test_histogram_random(void) {
       sum += v[i];
       tpu_hist_observe(&h, tpu_hist_us_bounds, TPU_HIST_US_NBOUNDS, v[i]);
     }
-    tpu_mbuf_t b = {0};
+    tpu_buf_t b = {0};
     tpu_metrics_histogram(&b, "r", NULL, 0, &h, tpu_hist_us_bounds, TPU_HIST_US_NBOUNDS, 1);
     CU_ASSERT_PTR_NOT_NULL_FATAL(b.p);
     const char *p = b.p;
@@ -227,13 +201,12 @@ static void test_histogram_random(void) {
     TPU_ASSERT_SEED(got_sum == (double)sum);    /* exact: the sum is far below 2^53 */
     TPU_ASSERT_SEED(got_count == n);
     TPU_ASSERT_SEED(prev == n);
-    tpu_mbuf_free(&b);
+    tpu_buf_free(&b);
     free(v);
   }
 }
 
 TPU_TEST_SUITE(front_metrics,
-               {"mbuf", test_mbuf},
                {"family", test_family},
                {"u64", test_u64},
                {"label_escaping", test_label_escaping},
