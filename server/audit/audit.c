@@ -293,16 +293,6 @@ int tpu__audit_gap_range(const char *message, uint64_t *first, uint64_t *last) {
 
 /* ---- small helpers ---------------------------------------------------------------------- */
 
-static const char *const grpc_names[] = {
-    "OK",          "CANCELLED",         "UNKNOWN",   "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-    "NOT_FOUND",   "ALREADY_EXISTS",    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION", "ABORTED",   "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
-    "UNAVAILABLE", "DATA_LOSS",         "UNAUTHENTICATED"};
-
-const char *tpu_audit_grpc_name(int code) {
-  return code >= 0 && code <= 16 ? grpc_names[code] : "UNKNOWN";
-}
-
 void tpu_audit_config_init(tpu_audit_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cfg->fsync = TPU_AUDIT_FSYNC_INTERVAL;

@@ -96,13 +96,13 @@
  *     UNAVAILABLE "audit log cannot be written" (and submit its record with done = NULL).
  *   Engine / MatMul-pool thread, when the call completes (success or error): digest inputs and
  *     output with tpu_audit_sha256_*, fill tpu_audit_record_t (request_id, client = TLS subject
- *     / token name / peer, model, version, status = tpu_audit_grpc_name(code), message, queue_us,
- *     compute_us, batch_id, bucket) and tpu_audit_submit(a, &rec, done, call) INSTEAD of
- *     queueing the completion to the I/O thread; done() (writer thread) then does what
- *     the dispatch layer's continuation does (queue + eventfd). If submit returns TPU_AUDIT_LOST, complete
- *     at once (fail-open) or answer UNAVAILABLE (fail-closed). Requests rejected on the I/O
- *     thread before compute (bad frame, validation) are submitted from the I/O thread with no
- *     digests (cheap: no hashing there).
+ *     / token name / peer, model, version, status = tpu_code_name(code) from proto/tpu_status.h,
+ *     message, queue_us, compute_us, batch_id, bucket) and tpu_audit_submit(a, &rec, done, call)
+ *     INSTEAD of queueing the completion to the I/O thread; done() (writer thread) then does
+ *     what the dispatch layer's continuation does (queue + eventfd). If submit returns
+ *     TPU_AUDIT_LOST, complete at once (fail-open) or answer UNAVAILABLE (fail-closed). Requests
+ *     rejected on the I/O thread before compute (bad frame, validation) are submitted from the
+ *     I/O thread with no digests (cheap: no hashing there).
  *   SIGHUP handler (main event loop): tpu_audit_reopen(a) next to the repository rescan.
  *   SIGUSR1 / stats: tpu_audit_stats(a, &st) -> log its counters.
  *   SIGTERM drain: in-flight calls finish (their responses wait for done()); then submit
@@ -239,9 +239,6 @@ void tpu_audit_close(tpu_audit_t *a);
 /* tpu_audit_close, and *final (may be NULL) = the counters after it: records_lost then includes
  * the records close gave up on, so it is exactly the submitted records that were not written. */
 void tpu_audit_shutdown(tpu_audit_t *a, tpu_audit_stats_t *final);
-
-/* The gRPC code name for a status code (0 "OK" ... 16 "UNAUTHENTICATED"); "UNKNOWN" outside. */
-const char *tpu_audit_grpc_name(int code);
 
 /* Digests for input_sha256 / output_sha256: compute on engine threads, never on I/O threads.
  * hex receives 64 lowercase hex digits and a NUL. */

@@ -48,10 +48,6 @@ tpu_audit_t *tpu__audit_enter(tpu_server_t *srv) {
 
 void tpu__audit_leave(tpu_server_t *srv) { atomic_fetch_sub(&srv->audit_users, 1); }
 
-static const char *fsync_name(int f) {
-  return f == TPU_AUDIT_FSYNC_ALWAYS ? "always" : f == TPU_AUDIT_FSYNC_NEVER ? "never" : "interval";
-}
-
 int tpu__audit_start(tpu_server_t *srv, char *err, size_t errlen) {
   const tpu_config_t *c = &srv->cfg;
   if (!c->audit_log[0]) {
@@ -77,7 +73,7 @@ int tpu__audit_start(tpu_server_t *srv, char *err, size_t errlen) {
     return -1;
   }
   tpu_log_info("audit log %s: fsync %s%s, %s, head %s, rotate at %llu bytes%s, fail-%s",
-               c->audit_log, fsync_name(c->audit_fsync),
+               c->audit_log, tpu_fsync_name((tpu_audit_fsync_t)c->audit_fsync),
                c->audit_fsync == TPU_AUDIT_FSYNC_INTERVAL ? " (every interval)" : "",
                ac.key_path ? "HMAC-SHA256" : "SHA-256",
                !ac.head_path ? "<log>.head" : *ac.head_path ? ac.head_path : "none",
@@ -144,7 +140,7 @@ void tpu__audit_reject(tpu_server_t *srv, const char *client, const char *reques
   tpu_audit_t *a = tpu__audit_enter(srv);
   if (!a) return;
   tpu_audit_record_t rec = {.request_id = request_id, .client = client, .model = model,
-                            .version = version, .status = tpu_audit_grpc_name(code),
+                            .version = version, .status = tpu_code_name(code),
                             .message = msg};
   tpu_audit_submit(a, &rec, NULL, NULL);
   tpu__audit_leave(srv);

@@ -685,10 +685,10 @@ static void route(tpu__io_t *io, hslot_t *req, const tpu_http_request_t *hr, con
     return;
   }
   if (e.kind == TPU__EP_METRICS) {
-    tpu_mbuf_t b = {0};
+    tpu_buf_t b = {0};
     tpu__metrics_render(srv, &b);
     if (b.oom) {
-      tpu_mbuf_free(&b);
+      tpu_buf_free(&b);
       send_error(req, 500, "out of memory", t0);
       return;
     }

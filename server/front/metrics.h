@@ -22,9 +22,7 @@
 #include "tpu_text.h"
 
 /* The page is written into a tpu_buf_t (tpu_text.h): zero-initialize it, check `oom` once the
- * page is written. The old names stay for http.c until it says tpu_buf_t / tpu_buf_free. */
-typedef tpu_buf_t tpu_mbuf_t;
-#define tpu_mbuf_free tpu_buf_free
+ * page is written. */
 
 /* One label: name (a Prometheus label name) and value (escaped on output). */
 typedef struct {

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "audit.h"
+#include "tpu_status.h"
 #include "audit_verify.h"
 #include "tpu_test.h"
 
@@ -159,7 +160,7 @@ static void test_format_and_chain(void) {
   tpu_audit_sha256_hex("output", 6, out);
   tpu_audit_record_t r = {.request_id = "req \"1\"\n", .client = "CN=teller,O=bank \xff\xfe",
                           .model = "digits", .version = "3", .input_sha256 = in,
-                          .output_sha256 = out, .status = tpu_audit_grpc_name(0),
+                          .output_sha256 = out, .status = tpu_code_name(0),
                           .message = "tab\there \xe2\x82\xac", .queue_us = 120,
                           .compute_us = 830, .batch_id = 9001, .bucket = 8};
   CU_ASSERT_EQUAL(tpu_audit_submit(a, &r, NULL, NULL), 0);
@@ -335,8 +336,8 @@ static void test_bad_arguments(void) {
   CU_ASSERT_EQUAL(tpu_audit_parse_fsync("never", &fs), 0);
   CU_ASSERT_EQUAL(fs, TPU_AUDIT_FSYNC_NEVER);
   CU_ASSERT_EQUAL(tpu_audit_parse_fsync("sometimes", &fs), -1);
-  CU_ASSERT_STRING_EQUAL(tpu_audit_grpc_name(14), "UNAVAILABLE");
-  CU_ASSERT_STRING_EQUAL(tpu_audit_grpc_name(99), "UNKNOWN");
+  CU_ASSERT_STRING_EQUAL(tpu_code_name(14), "UNAVAILABLE");
+  CU_ASSERT_STRING_EQUAL(tpu_code_name(99), "UNKNOWN");
   tpu_audit_close(NULL);
   rm_dir();
 }
