@@ -13,8 +13,8 @@
  * while a synchronous call waits stay queued for tpu_client_recv().
  */
 #include "tpuclient.h"
+#include "tpu_text.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,14 +54,9 @@ struct tpu_client {
   char errmsg[512];
 };
 
-__attribute__((format(printf, 3, 4))) static tpu_client_status_t
-set_err(tpu_client_t *c, tpu_client_status_t st, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
-  va_end(ap);
-  return st;
-}
+/* Says why in the handle's message and returns the status (proto/tpu_text.h). */
+#define set_err(c, st, ...) \
+  ((tpu_client_status_t)tpu_errf_ret((int)(st), (c)->errmsg, sizeof (c)->errmsg, __VA_ARGS__))
 
 static tpu_client_status_t ok(tpu_client_t *c) {
   c->errmsg[0] = '\0';

@@ -49,6 +49,7 @@
 
 #include "tpu_envelope.h"
 #include "tpu_frame.h"
+#include "tpu_text.h"
 #include "tpuclient_int.h"
 #include "tpuclient_tls.h"
 
@@ -159,14 +160,9 @@ static int64_t deadline_after(int timeout_ms) {
   return timeout_ms > 0 ? tpu__now_ns() + (int64_t)timeout_ms * 1000000 : NO_DEADLINE;
 }
 
-__attribute__((format(printf, 3, 4))) static tpu_client_status_t
-set_err(tpu_client_async_t *a, tpu_client_status_t st, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(a->errmsg, sizeof a->errmsg, fmt, ap);
-  va_end(ap);
-  return st;
-}
+/* Says why in the handle's message and returns the status (proto/tpu_text.h). */
+#define set_err(a, st, ...) \
+  ((tpu_client_status_t)tpu_errf_ret((int)(st), (a)->errmsg, sizeof (a)->errmsg, __VA_ARGS__))
 
 static tpu_client_status_t ok(tpu_client_async_t *a) {
   a->errmsg[0] = '\0';
