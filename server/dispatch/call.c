@@ -84,15 +84,15 @@ void tpu__call_track(tpu__call_t *call) {
 static void on_back(tpu__io_t *io, tpu__msg_t *m) {
   tpu__call_t *call = tpu_container_of(m, tpu__call_t, msg);
   tpu__origin_t *o = call->origin;
+  /* The client went away (closed, or reset its HTTP/2 stream) before its answer: what counts is
+   * that it was not delivered, even when the compute itself had finished. */
+  if (call->code == TPU_CODE_OK && atomic_load(&call->cancel)) {
+    call->code = TPU_CODE_CANCELLED;
+    snprintf(call->msg_text, sizeof call->msg_text, "the client cancelled the call");
+  }
   if (o->closed) {
     tpu__count(call->model, call->code); /* not delivered: counted, not sent */
   } else {
-    /* The client went away (reset its HTTP/2 stream) before its answer: what counts is that
-     * it was not delivered, even when the compute itself had finished. */
-    if (call->code == TPU_CODE_OK && atomic_load(&call->cancel)) {
-      call->code = TPU_CODE_CANCELLED;
-      snprintf(call->msg_text, sizeof call->msg_text, "the client cancelled the call");
-    }
     if (call->code != TPU_CODE_OK)
       tpu__reply(call, call->code, call->msg_text, NULL);
     else
@@ -106,6 +106,7 @@ static void on_back(tpu__io_t *io, tpu__msg_t *m) {
 /* A completion never run (the I/O thread is gone: a hard stop). */
 static void on_drop(tpu__msg_t *m) {
   tpu__call_t *call = tpu_container_of(m, tpu__call_t, msg);
+  atomic_fetch_sub(&call->srv->inflight, 1);
   call->origin->ops->untrack(call); /* the origin forgets it; its service frees the origin */
   tpu__call_free(call);
 }

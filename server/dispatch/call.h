@@ -24,7 +24,10 @@
  *
  * Threads: tpu__dispatch and every origin operation run on the origin's I/O thread. A call
  * belongs to that thread except while it is with compute, when the compute side owns its result
- * fields and the I/O thread only writes its `cancel` flag (the client went away).
+ * fields and its engine's part (u), and the I/O thread touches only its own fields: `cancel`
+ * (the client went away) and the origin's bookkeeping (tracked, answer_bytes, prev/next), which
+ * it writes right after the hand-off (completions come back to this thread, so none is seen
+ * before).
  */
 #ifndef TPU_CALL_H
 #define TPU_CALL_H
@@ -60,6 +63,10 @@ typedef struct {
   /* A tracked call is over, answered or not: the origin forgets it (and may free itself if it
    * is closed and this was its last). The call is freed right after. */
   void (*untrack)(tpu__call_t *call);
+  /* Whether request `id` is still in flight here (a framed client reusing an id could not
+   * tell the answers apart: INVALID_ARGUMENT). May be NULL: ids are never reused (gRPC stream
+   * ids, HTTP slots). */
+  int (*in_flight)(tpu__origin_t *o, uint64_t id);
 } tpu__origin_ops_t;
 
 struct tpu__origin {

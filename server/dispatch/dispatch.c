@@ -44,13 +44,16 @@ static tpu__model_t *named_model(tpu_server_t *srv, const tpu__request_t *r) {
   return tpu__server_find_model(srv, r->model, r->version, msg, sizeof msg);
 }
 
-/* Answers a request that has no call (out of memory, or refused before one was made). */
+/* Answers a request that has no call (out of memory, or refused before one was made). Counted
+ * against the model it names only when its message was read (`per_model`: it did not decode,
+ * as a JSON body that does not parse); a refusal before that (access, draining) counts only
+ * globally, on every protocol alike. */
 static void answer_without_call(tpu__origin_t *o, const tpu__request_t *r, int code,
-                                const char *msg) {
+                                const char *msg, int per_model) {
   tpu__call_t tmp;
   memset(&tmp, 0, sizeof tmp);
   call_init(&tmp, o, r, tpu__method_of(r->method));
-  tmp.model = named_model(o->srv, r);
+  tmp.model = per_model ? named_model(o->srv, r) : NULL;
   tpu__reply(&tmp, code, msg, NULL);
   tpu__call_release(&tmp);
 }
@@ -58,7 +61,7 @@ static void answer_without_call(tpu__origin_t *o, const tpu__request_t *r, int c
 void tpu__dispatch_refuse(tpu__origin_t *o, const tpu__request_t *r, int code, const char *msg) {
   tpu__audit_reject(o->srv, o->who[0] ? o->who : r->peer.peer, NULL, r->model, r->version, code,
                     msg);
-  answer_without_call(o, r, code, msg);
+  answer_without_call(o, r, code, msg, 1);
 }
 
 static int authorize(tpu__origin_t *o, const tpu__request_t *r, tpu_need_t need, char *msg,
@@ -90,7 +93,7 @@ void tpu__dispatch(tpu__origin_t *o, const tpu__request_t *r) {
   tpu_server_t *srv = o->srv;
   const tpu__method_t *m = tpu__method_of(r->method);
   char msg[640];
-  int audited = m && m->audited, code;
+  int audited = m && m->audited, code, decoded = 0;
   tpu_need_t need = m ? tpu__method_need(m, srv->cfg.auth_open_health) : TPU_NEED_INFER;
   code = authorize(o, r, need, msg, sizeof msg);
   if (code != TPU_CODE_OK) goto refuse;
@@ -103,7 +106,15 @@ void tpu__dispatch(tpu__origin_t *o, const tpu__request_t *r) {
     code = TPU_CODE_UNIMPLEMENTED;
     goto refuse;
   }
-  if (atomic_load(&srv->draining) && !m->health) {
+  if (o->ops->in_flight && o->ops->in_flight(o, r->id)) {
+    snprintf(msg, sizeof msg, "request id %llu is already in flight on this connection",
+             (unsigned long long)r->id);
+    code = TPU_CODE_INVALID_ARGUMENT;
+    goto refuse;
+  }
+  /* Draining: no new work (what computes or changes the server); reads are still answered,
+   * ServerReady and ModelReady saying not ready. */
+  if (atomic_load(&srv->draining) && m->computes) {
     snprintf(msg, sizeof msg, "server is shutting down");
     code = TPU_CODE_UNAVAILABLE;
     goto refuse;
@@ -126,6 +137,7 @@ void tpu__dispatch(tpu__origin_t *o, const tpu__request_t *r) {
   code = decode(r, &call->request, msg, sizeof msg);
   if (code != TPU_CODE_OK) {
     tpu__call_free(call);
+    decoded = 1; /* read, if not understood: counted against the model it names */
     goto refuse;
   }
   m->serve(call);
@@ -133,5 +145,5 @@ void tpu__dispatch(tpu__origin_t *o, const tpu__request_t *r) {
   return;
 refuse:
   if (audited) tpu__audit_reject(srv, o->who, NULL, r->model, r->version, code, msg);
-  answer_without_call(o, r, code, msg);
+  answer_without_call(o, r, code, msg, decoded);
 }

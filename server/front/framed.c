@@ -19,7 +19,8 @@
  * when a completion or a write brings it back under both limits. Across connections (both
  * ports) --max-buffered-bytes bounds the answers held: every output buffer counts its bytes in
  * tpud_buffered_bytes (sock.c) and every MatMul or infer call reserves its answer there before
- * it is accepted (tpu__budget_reserve), or is refused RESOURCE_EXHAUSTED; work already accepted
+ * it is accepted (tpu__budget_reserve), or is refused OVERLOADED (RESOURCE_EXHAUSTED on the
+ * wire, HTTP 503); work already accepted
  * is never dropped, and cheap answers (health, metadata, errors) are not refused. The kernel's socket buffers
  * then push back on the client. Pausing and resuming are the only epoll_ctl calls of a
  * connection besides the write event, which is armed only while the kernel refuses bytes.
@@ -195,8 +196,17 @@ static void conn_untrack(tpu__call_t *call) {
     conn_free(conn);
 }
 
-static const tpu__origin_ops_t conn_ops = {
-    .respond = conn_respond, .track = conn_track, .untrack = conn_untrack};
+/* Framed ids are the client's: one still in flight cannot be reused (gRPC's stream ids never
+ * are, so an HTTP/2 connection's lookups always miss). */
+static int conn_in_flight(tpu__origin_t *o, uint64_t id) {
+  for (tpu__call_t *c = conn_of_origin(o)->calls; c; c = c->next)
+    if (c->id == id) return 1;
+  return 0;
+}
+
+static const tpu__origin_ops_t conn_ops = {.respond = conn_respond, .track = conn_track,
+                                           .untrack = conn_untrack,
+                                           .in_flight = conn_in_flight};
 
 
 
@@ -317,8 +327,7 @@ static int choose_protocol(tpu__conn_t *conn) {
   return 0;
 }
 
-/* A decoded envelope becomes a request of the dispatch layer. A request id still in flight on
- * this connection is refused (the answer could not be told apart). */
+/* A decoded envelope becomes a request of the dispatch layer. */
 static void serve_envelope(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64_t now) {
   const char *authz = tpu_envelope_request_metadata(env, "authorization");
   tpu__request_t r = {.method = env->method, .id = env->id, .received_us = now,
@@ -326,15 +335,6 @@ static void serve_envelope(tpu__conn_t *conn, Tpud__RequestEnvelope *env, uint64
                       .authz = authz, .authz_len = authz ? strlen(authz) : 0,
                       .n_authz = tpu_envelope_request_metadata_count(env, "authorization"),
                       .payload = env->payload.data, .payload_len = env->payload.len};
-  for (tpu__call_t *c = conn->calls; c; c = c->next) {
-    if (c->id == env->id) {
-      char msg[96];
-      snprintf(msg, sizeof msg, "request id %llu is already in flight on this connection",
-               (unsigned long long)env->id);
-      tpu__dispatch_refuse(&conn->origin, &r, TPU_CODE_INVALID_ARGUMENT, msg);
-      return;
-    }
-  }
   tpu__dispatch(&conn->origin, &r);
 }
 

@@ -470,14 +470,17 @@ static void origin_track(tpu__call_t *call) {
  * instead of it: then the slot, kept for the call, goes now. */
 static void origin_untrack(tpu__call_t *call) {
   hconn_t *c = tpu_container_of(call->origin, hconn_t, origin);
+  hslot_t *s = call->slot;
   c->ncalls--;
   if (c->origin.closed) {
-    hslot_t *s = call->slot;
     s->call = NULL;
     slot_release(c->h, s);
     if (c->ncalls == 0) conn_free(c);
     return;
   }
+  /* Not answered (a completion dropped at a hard stop): the slot must not point at the call,
+   * which is freed now. (Answered, the slot may already serve another request.) */
+  if (s->call == call) s->call = NULL;
   tpu__sock_flush_later(&c->sock);
 }
 

@@ -12,6 +12,7 @@
  * tpu_server_free allows: the struct is filled here rather than by tpu_server_create, which
  * would bind ports and start threads of its own.
  */
+#include <poll.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,7 +85,7 @@ static void rec_untrack(tpu__call_t *call) {
   r->untrack_same = call == r->tracked && call->tracked;
 }
 
-static const tpu__origin_ops_t rec_ops = {rec_respond, rec_track, rec_untrack};
+static const tpu__origin_ops_t rec_ops = {rec_respond, rec_track, rec_untrack, NULL};
 
 /* The last answer's payload, unpacked as `desc` (NULL when it had none or another type). */
 static ProtobufCMessage *answer(rec_t *r, const ProtobufCMessageDescriptor *desc) {
@@ -302,12 +303,11 @@ static void test_unknown_method(void) {
 static void test_draining(void) {
   setup();
   atomic_store(&srv->draining, 1);
+  /* Reads are still answered: no new work is taken, but a client may look around. */
   tpu__request_t r = metadata_request("digits", "");
   tpu__dispatch(&rec.o, &r);
   CU_ASSERT_STRING_EQUAL(rec.events, "R");
-  CU_ASSERT_EQUAL(rec.code, TPU_CODE_UNAVAILABLE);
-  CU_ASSERT_PTR_NOT_NULL(strstr(rec.msg, "shutting down"));
-  CU_ASSERT_PTR_NULL(rec.desc);
+  CU_ASSERT_EQUAL(rec.code, TPU_CODE_OK);
 
   /* Health checks are still answered: live, and not ready (why: the note). */
   rec_reset(&rec);
@@ -591,6 +591,25 @@ static void test_infer_origin_closed(void) {
   CU_ASSERT_EQUAL(atomic_load(&srv->inflight), 0);
   CU_ASSERT_EQUAL(tpu_stats_get(&tpu_stats.buffered_bytes), buffered);
   CU_ASSERT_EQUAL(requests(TPU_CODE_OK) - ok, 1); /* counted, not sent */
+
+  /* As a front end closes: the calls in flight get their cancel flag too. Here the compute has
+   * finished (its completion is on the I/O queue) when the client goes: the answer was not
+   * delivered, so it counts CANCELLED, not OK. */
+  uint64_t cancelled = requests(TPU_CODE_CANCELLED);
+  ok = requests(TPU_CODE_OK);
+  rec_reset(&rec);
+  rec.o.closed = 0;
+  r = infer_request("digits", ROWS, 64);
+  tpu__dispatch(&rec.o, &r);
+  CU_ASSERT_STRING_EQUAL_FATAL(rec.events, "T");
+  struct pollfd pfd = {.fd = tpu_queue_fd(&io->queue), .events = POLLIN};
+  CU_ASSERT_EQUAL_FATAL(poll(&pfd, 1, 10000), 1); /* the completion is queued, not yet run */
+  rec.o.closed = 1;
+  atomic_store(&rec.tracked->cancel, 1);
+  CU_ASSERT_EQUAL_FATAL(run_until(&rec.untracks, 1), 0);
+  CU_ASSERT_EQUAL(rec.responds, 0);
+  CU_ASSERT_EQUAL(requests(TPU_CODE_CANCELLED) - cancelled, 1);
+  CU_ASSERT_EQUAL(requests(TPU_CODE_OK) - ok, 0);
   teardown();
 }
 
