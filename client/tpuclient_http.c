@@ -15,21 +15,7 @@
 #include <strings.h>
 
 #include "tpuclient_int.h"
-
-/* Case-insensitive: does the token list `v[0..n)` (comma-separated, with optional whitespace)
- * contain `tok`? */
-static bool has_token(const char *v, size_t n, const char *tok) {
-  size_t tl = strlen(tok), i = 0;
-  while (i < n) {
-    while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ',')) i++;
-    size_t s = i;
-    while (i < n && v[i] != ',') i++;
-    size_t e = i;
-    while (e > s && (v[e - 1] == ' ' || v[e - 1] == '\t')) e--;
-    if (e - s == tl && strncasecmp(v + s, tok, tl) == 0) return true;
-  }
-  return false;
-}
+#include "tpu_text.h"
 
 static int bad(char *err, size_t errlen, const char *what, const char *p, size_t n) {
   /* Quote at most 60 bytes of the offending line, control bytes as '?'. */
@@ -103,8 +89,8 @@ int tpu__http_parse_head(const char *buf, size_t len, size_t *scanned, tpu__http
     } else if (nl == 17 && strncasecmp(line, "Transfer-Encoding", 17) == 0) {
       h->chunked = true;
     } else if (nl == 10 && strncasecmp(line, "Connection", 10) == 0) {
-      if (has_token(v, vl, "close")) close = true;
-      if (has_token(v, vl, "keep-alive")) keep_alive = true;
+      if (tpu_token_list_has(v, vl, "close")) close = true;
+      if (tpu_token_list_has(v, vl, "keep-alive")) keep_alive = true;
     }
   }
   h->close = close || (h->minor == 0 && !keep_alive);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 int tpu_verrf(char *err, size_t errlen, const char *fmt, va_list ap) {
   if (!err || !errlen) return vsnprintf(NULL, 0, fmt, ap);
@@ -99,4 +100,17 @@ char *tpu_buf_detach(tpu_buf_t *b, size_t *len) {
   if (!p) free(b->p);
   memset(b, 0, sizeof *b);
   return p;
+}
+
+int tpu_token_list_has(const char *v, size_t n, const char *tok) {
+  size_t tl = strlen(tok), i = 0;
+  while (i < n) {
+    while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ',')) i++;
+    size_t s = i;
+    while (i < n && v[i] != ',') i++;
+    size_t e = i;
+    while (e > s && (v[e - 1] == ' ' || v[e - 1] == '\t')) e--;
+    if (e - s == tl && tl && strncasecmp(v + s, tok, tl) == 0) return 1;
+  }
+  return 0;
 }

@@ -82,4 +82,8 @@ void tpu_buf_free(tpu_buf_t *b);
  */
 char *tpu_buf_detach(tpu_buf_t *b, size_t *len);
 
+/* Whether the comma-separated token list v[0..n) (optional spaces and tabs around each token,
+ * as HTTP's Connection header) holds `tok`, compared case-insensitively. */
+int tpu_token_list_has(const char *v, size_t n, const char *tok);
+
 #endif /* TPU_TEXT_H */

@@ -2,6 +2,7 @@
  * http_parser.c - see http_parser.h. Pure functions over bytes; no allocation, no I/O.
  */
 #include "http_parser.h"
+#include "tpu_text.h"
 
 #include <string.h>
 
@@ -21,20 +22,6 @@ static int ieq(const char *a, size_t alen, const char *lit) {
   for (size_t i = 0; i < n; i++)
     if ((a[i] | 0x20) != lit[i]) return 0; /* lit is lower case */
   return 1;
-}
-
-/* Whether the comma-separated list `v` has the element `tok` (case-insensitive). */
-static int list_has(const char *v, size_t n, const char *tok) {
-  size_t i = 0;
-  while (i < n) {
-    while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ',')) i++;
-    size_t s = i;
-    while (i < n && v[i] != ',') i++;
-    size_t e = i;
-    while (e > s && (v[e - 1] == ' ' || v[e - 1] == '\t')) e--;
-    if (e > s && ieq(v + s, e - s, tok)) return 1;
-  }
-  return 0;
 }
 
 static tpu_http_parse_result_t bad(tpu_http_request_t *r, int status, const char *why) {
@@ -172,8 +159,8 @@ tpu_http_parse_result_t tpu_http_parse_request(const char *buf, size_t len,
       break;
     case 10:
       if (ieq(n, nlen, "connection")) {
-        if (list_has(v, vlen, "close")) conn_close = 1;
-        if (list_has(v, vlen, "keep-alive")) conn_keep = 1;
+        if (tpu_token_list_has(v, vlen, "close")) conn_close = 1;
+        if (tpu_token_list_has(v, vlen, "keep-alive")) conn_keep = 1;
       }
       break;
     case 6:
