@@ -26,25 +26,29 @@
 /* ---- status ---- */
 
 const char *tpu_client_strerror(tpu_client_status_t status) {
+  if ((int)status >= 0 && (int)status < TPU_CODE_COUNT) return tpu_code_words((int)status);
   switch (status) {
 #define TPU__CLIENT_STATUS_MSG(name, num, msg) \
   case TPU_CLIENT_##name:                      \
     return msg;
-    TPU_CLIENT_STATUS_MAP(TPU__CLIENT_STATUS_MSG)
+    TPU_CLIENT_OWN_STATUS_MAP(TPU__CLIENT_STATUS_MSG)
 #undef TPU__CLIENT_STATUS_MSG
+  default:
+    return "unknown status";
   }
-  return "unknown status";
 }
 
 const char *tpu_client_status_name(tpu_client_status_t status) {
+  if ((int)status >= 0 && (int)status < TPU_CODE_COUNT) return tpu_code_name((int)status);
   switch (status) {
 #define TPU__CLIENT_STATUS_NAME(name, num, msg) \
   case TPU_CLIENT_##name:                       \
     return #name;
-    TPU_CLIENT_STATUS_MAP(TPU__CLIENT_STATUS_NAME)
+    TPU_CLIENT_OWN_STATUS_MAP(TPU__CLIENT_STATUS_NAME)
 #undef TPU__CLIENT_STATUS_NAME
+  default:
+    return NULL;
   }
-  return NULL;
 }
 
 /* ---- the handle ---- */

@@ -50,6 +50,7 @@
 
 #include "grpc_service.pb-c.h"
 #include "tpud.pb-c.h"
+#include "tpu_status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -57,26 +58,10 @@ extern "C" {
 
 /* ---- status codes ---- */
 
-/* Every status: name, number, message. 0..16 are gRPC's codes as the server sends them. */
-#define TPU_CLIENT_STATUS_MAP(X)                                                             \
-  X(OK, 0, "success")                                                                        \
-  X(CANCELLED, 1, "cancelled")                                                               \
-  X(UNKNOWN, 2, "unknown error")                                                             \
-  X(INVALID_ARGUMENT, 3, "invalid argument")                                                 \
-  X(DEADLINE_EXCEEDED, 4, "deadline exceeded on the server")                                 \
-  X(NOT_FOUND, 5, "not found")                                                               \
-  X(ALREADY_EXISTS, 6, "already exists")                                                     \
-  X(PERMISSION_DENIED, 7, "permission denied")                                               \
-  X(RESOURCE_EXHAUSTED, 8, "resource exhausted")                                             \
-  X(FAILED_PRECONDITION, 9, "failed precondition")                                           \
-  X(ABORTED, 10, "aborted")                                                                  \
-  X(OUT_OF_RANGE, 11, "out of range")                                                        \
-  X(UNIMPLEMENTED, 12, "unimplemented")                                                      \
-  X(INTERNAL, 13, "internal server error")                                                   \
-  X(UNAVAILABLE, 14, "unavailable")                                                          \
-  X(DATA_LOSS, 15, "data loss")                                                              \
-  X(UNAUTHENTICATED, 16, "unauthenticated")                                                  \
-  /* seen by the client */                                                                   \
+/* Every status. 0..16 are gRPC's codes as the server sends them, from the one status table
+ * (proto/tpu_status.h: names and words); 100 and up are the client's own: X(name, number,
+ * words). */
+#define TPU_CLIENT_OWN_STATUS_MAP(X)                                                         \
   X(CONNECT_FAILED, 100, "could not connect to the server")                                  \
   X(TIMEOUT, 101, "no response within the timeout")                                          \
   X(PROTOCOL, 102, "protocol error: the server sent something unexpected")                   \
@@ -85,8 +70,11 @@ extern "C" {
   X(NOMEM, 105, "out of memory")
 
 typedef enum {
+#define TPU__CLIENT_GRPC_ENUM(name, num, grpc, http, words) TPU_CLIENT_##name = num,
+  TPU_GRPC_CODE_TABLE(TPU__CLIENT_GRPC_ENUM)
+#undef TPU__CLIENT_GRPC_ENUM
 #define TPU__CLIENT_STATUS_ENUM(name, num, msg) TPU_CLIENT_##name = num,
-  TPU_CLIENT_STATUS_MAP(TPU__CLIENT_STATUS_ENUM)
+  TPU_CLIENT_OWN_STATUS_MAP(TPU__CLIENT_STATUS_ENUM)
 #undef TPU__CLIENT_STATUS_ENUM
 } tpu_client_status_t;
 

@@ -11,8 +11,8 @@
 #ifndef TPU_STATUS_H
 #define TPU_STATUS_H
 
-/* X(name, number, gRPC code on the wire, HTTP status, words) */
-#define TPU_CODE_TABLE(X)                                                                   \
+/* X(name, number, gRPC code on the wire, HTTP status, words): gRPC's own codes */
+#define TPU_GRPC_CODE_TABLE(X)                                                              \
   X(OK, 0, 0, 200, "success")                                                               \
   X(CANCELLED, 1, 1, 503, "cancelled")                                                      \
   X(UNKNOWN, 2, 2, 500, "unknown error")                                                    \
@@ -29,8 +29,12 @@
   X(INTERNAL, 13, 13, 500, "internal server error")                                         \
   X(UNAVAILABLE, 14, 14, 503, "unavailable")                                                \
   X(DATA_LOSS, 15, 15, 500, "data loss")                                                    \
-  X(UNAUTHENTICATED, 16, 16, 401, "unauthenticated")                                        \
-  /* the server's own: a busy server (queue full, buffered-answer budget), try again later */ \
+  X(UNAUTHENTICATED, 16, 16, 401, "unauthenticated")
+
+/* Every row: gRPC's codes, then the server's own, which never reach a client as themselves. */
+#define TPU_CODE_TABLE(X)                                                                   \
+  TPU_GRPC_CODE_TABLE(X)                                                                    \
+  /* a busy server (queue full, buffered-answer budget): try again later */                 \
   X(OVERLOADED, 17, 8, 503, "server busy")
 
 typedef enum {
