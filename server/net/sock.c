@@ -144,6 +144,7 @@ static int tls_handshake(tpu__sock_t *s) {
 static ssize_t sock_recv(tpu__sock_t *s, char *buf, size_t cap) {
   if (!s->ssl) return read(s->fd, buf, cap);
   ERR_clear_error();
+  errno = 0; /* SSL_ERROR_SYSCALL with errno 0 below means an end of stream, not a stale errno */
   int n = SSL_read(s->ssl, buf, cap > INT_MAX ? INT_MAX : (int)cap);
   if (n > 0) return n;
   switch (SSL_get_error(s->ssl, n)) {

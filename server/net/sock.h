@@ -142,7 +142,8 @@ int tpu__sock_write(tpu__sock_t *s);
 /* Asks for ops->flush after the current batch of events (once however often asked). */
 void tpu__sock_flush_later(tpu__sock_t *s);
 /* Lingering close: close_notify, shutdown(SHUT_WR), discard input; ops->close at the client's
- * end of stream or after 2 s. */
+ * end of stream or after 2 s. Only once the output is written (tpu__sock_unsent == 0): what is
+ * still queued after the shutdown fails with EPIPE. */
 void tpu__sock_linger(tpu__sock_t *s);
 /* Whether the handshake selected ALPN protocol `proto` (0 for plaintext or none). */
 int tpu__sock_alpn_is(const tpu__sock_t *s, const char *proto);

@@ -95,8 +95,14 @@ static SSL_CTX *build_ctx(const tpu_tls_t *t, tpu_tls_port_t port, char *err, si
   }
   const char *key = t->key_file && *t->key_file ? t->key_file : t->cert_file;
   if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+    /* OpenSSL 3 compares the key with the certificate while loading it: say which it is. */
+    int mismatch = ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH;
     tpu_tls_last_error(why, sizeof why);
-    snprintf(err, errlen, "--tls-key %s: %s (expected a PEM private key)", key, why);
+    if (mismatch)
+      snprintf(err, errlen, "--tls-key %s does not match the certificate in --tls-cert %s (%s)",
+               key, t->cert_file, why);
+    else
+      snprintf(err, errlen, "--tls-key %s: %s (expected a PEM private key)", key, why);
     goto fail;
   }
   if (SSL_CTX_check_private_key(ctx) != 1) {
