@@ -400,7 +400,8 @@ tpu_status_t tpu_graph_add_node(tpu_graph_t *g, const char *name, const char *op
       continue;
     }
     if ((st = intern(g, inputs[i], &nd.in[i], &created)) != TPU_OK) {
-      st = tpu__graph_fail(g, st, "%s: out of memory", tpu__graph_node_label(g, idx, lb, sizeof lb));
+      st = tpu__graph_fail(g, st, "%s: out of memory",
+                           tpu__graph_node_label(g, idx, lb, sizeof lb));
       goto fail;
     }
   }
@@ -411,7 +412,8 @@ tpu_status_t tpu_graph_add_node(tpu_graph_t *g, const char *name, const char *op
       continue;
     }
     if ((st = intern(g, outputs[i], &nd.out[i], &created)) != TPU_OK) {
-      st = tpu__graph_fail(g, st, "%s: out of memory", tpu__graph_node_label(g, idx, lb, sizeof lb));
+      st = tpu__graph_fail(g, st, "%s: out of memory",
+                           tpu__graph_node_label(g, idx, lb, sizeof lb));
       goto fail;
     }
     const tpu__gtensor_t *x = &g->tensors[nd.out[i]];
@@ -480,7 +482,8 @@ tpu_status_t tpu_graph_add_attr(tpu_graph_t *g, size_t node, const tpu_graph_att
     break;
   case TPU_GRAPH_ATTR_INTS:
   case TPU_GRAPH_ATTR_FLOATS: {
-    const void *src = a->type == TPU_GRAPH_ATTR_INTS ? (const void *)a->ints : (const void *)a->floats;
+    const void *src =
+        a->type == TPU_GRAPH_ATTR_INTS ? (const void *)a->ints : (const void *)a->floats;
     size_t es = a->type == TPU_GRAPH_ATTR_INTS ? sizeof(int64_t) : sizeof(float);
     if (a->n && !src) {
       st = tpu__graph_fail(g, TPU_EINVAL, "%s: attribute '%s': NULL values", lb, a->name);

@@ -7,9 +7,10 @@
  * shapes (and, for operands that must be constant, their values) and sets its outputs'. A rule
  * refuses what it cannot give a static shape to, with a message naming the node and the shapes
  * involved. Values are computed only where a shape depends on them: Constant and Shape outputs,
- * and INT64 data-movement ops (Identity, Gather, Concat, Squeeze, Unsqueeze, Reshape, Flatten)
- * on such values, which is how exporters spell a reshape target ("Shape → Gather → Unsqueeze →
- * Concat → Reshape"). Nothing else is evaluated here; folding arithmetic is the compiler's job.
+ * and integer data-movement ops (Identity, Cast between INT32 and INT64, Gather, Concat,
+ * Squeeze, Unsqueeze, Reshape, Flatten) on such values, which is how exporters spell a reshape
+ * target ("Shape → Gather → Unsqueeze → Concat → Reshape"). Nothing else is evaluated here:
+ * folding arithmetic is the compiler's job.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -102,7 +103,8 @@ static tpu_status_t set_out(ctx_t *c, size_t i, tpu_graph_dtype_t dt, int rank,
     if (!ok)
       return cfail(c, TPU_ESHAPE, "output '%s' is inferred as %s %s but declared %s %s", t->name,
                    tpu_graph_dtype_name(dt), tpu__graph_shape_str(rank, dims, a, sizeof a),
-                   tpu_graph_dtype_name(t->dtype), tpu__graph_shape_str(t->rank, t->dims, b, sizeof b));
+                   tpu_graph_dtype_name(t->dtype),
+                   tpu__graph_shape_str(t->rank, t->dims, b, sizeof b));
   }
   t->known = 1;
   t->idtype = dt;
@@ -332,7 +334,21 @@ static tpu_status_t op_cast(ctx_t *c) {
     return cfail(c, TPU_EDTYPE, "attribute 'to' is ONNX type %lld, which tpud does not support",
                  (long long)to);
   const tpu__gtensor_t *x = in_t(c, 0);
-  return set_out(c, 0, dt, x->irank, x->idims);
+  if ((st = set_out(c, 0, dt, x->irank, x->idims)) != TPU_OK) return st;
+  /* Exporters cast shapes between INT32 and INT64 on their way to a Reshape: keep the value. */
+  int ints = (x->idtype == TPU_GRAPH_INT64 || x->idtype == TPU_GRAPH_INT32) &&
+             (dt == TPU_GRAPH_INT64 || dt == TPU_GRAPH_INT32);
+  if (x->val && ints && x->irank <= 1) {
+    int64_t v[64];
+    size_t n;
+    if (x->vbytes / tpu_graph_dtype_size(x->idtype) > 64) return TPU_OK;
+    if ((st = const_ints(c, 0, "value", v, 64, &n)) != TPU_OK) return st;
+    if (dt == TPU_GRAPH_INT64) return set_val(c, 0, v, n * 8);
+    int32_t w[64];
+    for (size_t k = 0; k < n; k++) w[k] = (int32_t)v[k]; /* ONNX Cast truncates likewise */
+    return set_val(c, 0, w, n * 4);
+  }
+  return TPU_OK;
 }
 
 static tpu_status_t op_binary(ctx_t *c) {
@@ -476,7 +492,8 @@ static tpu_status_t op_layernorm(ctx_t *c) {
   for (int i = 0; i < x->irank; i++) d[i] = i < ax ? x->idims[i] : 1;
   int64_t stash;
   if ((st = attr_int(c, "stash_type", 1, &stash)) != TPU_OK) return st;
-  tpu_graph_dtype_t sdt = stash > 1000 ? TPU_GRAPH_UNDEFINED : tpu_graph_dtype_from_onnx((int)stash);
+  tpu_graph_dtype_t sdt =
+      stash > 1000 ? TPU_GRAPH_UNDEFINED : tpu_graph_dtype_from_onnx((int)stash);
   if (!is_float(sdt)) return cfail(c, TPU_EDTYPE, "attribute 'stash_type' %lld is not a float type",
                                    (long long)stash);
   if ((st = set_out(c, 1, sdt, x->irank, d)) != TPU_OK) return st;
@@ -723,7 +740,8 @@ static tpu_status_t op_reshape(ctx_t *c) {
     d[minus] = (int64_t)(total / known);
   } else if (known != total) {
     return cfail(c, TPU_ESHAPE, "cannot reshape '%s' %s (%zu elements) to %s (%zu elements)",
-                 x->name, shp(x, s1), total, tpu__graph_shape_str((int)ns, d, s2, sizeof s2), known);
+                 x->name, shp(x, s1), total, tpu__graph_shape_str((int)ns, d, s2, sizeof s2),
+                 known);
   }
   if ((st = set_out(c, 0, x->idtype, (int)ns, d)) != TPU_OK) return st;
   return keep_val(c, x);

@@ -55,7 +55,8 @@ static size_t nd(tpu_graph_t *g, const char *name, const char *op, int opset, co
                  const char *outs) {
   size_t idx = 0;
   tpu_status_t st = node(g, name, op, opset, ins, outs, &idx);
-  if (st != TPU_OK) fprintf(stderr, "add_node %s: %s\n", name ? name : "(unnamed)", tpu_graph_error(g));
+  if (st != TPU_OK)
+    fprintf(stderr, "add_node %s: %s\n", name ? name : "(unnamed)", tpu_graph_error(g));
   CU_ASSERT_FATAL(st == TPU_OK);
   return idx;
 }
@@ -129,7 +130,8 @@ static int shape_is(tpu_graph_t *g, const char *name, tpu_graph_dtype_t dt, int 
   if (!ok) {
     fprintf(stderr, "tensor '%s': got %s rank %d [", name, tpu_graph_dtype_name(info.dtype),
             info.rank);
-    for (int i = 0; i < info.rank; i++) fprintf(stderr, "%s%lld", i ? "," : "", (long long)info.dims[i]);
+    for (int i = 0; i < info.rank; i++)
+      fprintf(stderr, "%s%lld", i ? "," : "", (long long)info.dims[i]);
     fprintf(stderr, "]\n");
   }
   return ok;
@@ -424,7 +426,8 @@ static void test_gemm_matmul(void) {
   io(g, "a,b", "y");
   infer_ok(g, 3);
   CU_ASSERT(tpu_graph_infer(g, 2) == TPU_ESHAPE); /* batch 2 against 3 */
-  CU_ASSERT(says(g, "node 'mm' (MatMul, opset 13)", "'a' [2,3,4] and 'b' [3,4,6] do not broadcast"));
+  CU_ASSERT(says(g, "node 'mm' (MatMul, opset 13)",
+                 "'a' [2,3,4] and 'b' [3,4,6] do not broadcast"));
   tpu_graph_free(g);
 }
 
@@ -793,6 +796,86 @@ static void test_declared_and_unsupported(void) {
   tpu_graph_free(g);
 }
 
+/* Attribute and operand forms that changed between opsets, and their error paths. */
+static void test_opset_forms(void) {
+  static const int64_t shape[] = {3, 0}, two[] = {2}, flat[] = {-1}, bad_perm[] = {0, 0};
+  static const int64_t idx5[] = {5};
+  tpu_graph_attr_t vf = {.name = "value_float", .type = TPU_GRAPH_ATTR_FLOAT, .f = 2.0f};
+  size_t r4, rz, fl, ln, k, c32;
+  tpu_graph_t *g = mk();
+  input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)6);
+  init_i64(g, "s", 2, shape);
+  rz = nd(g, "rz", "Reshape", 14, "x,s", "b"); /* allowzero: 0 is a real 0 */
+  attr_i(g, rz, "allowzero", 1);
+  io(g, "x", "b");
+  CU_ASSERT(tpu_graph_infer(g, 1) == TPU_ESHAPE); /* [3,0] holds 0 elements, not 6 */
+  CU_ASSERT(says(g, "node 'rz'", "to [3,0] (0 elements)"));
+  tpu_graph_free(g);
+  g = mk();
+  input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)6);
+  r4 = nd(g, "r4", "Reshape", 4, "x", "a"); /* before opset 5: the shape attribute */
+  attr_ints(g, r4, "shape", 1, two);
+  io(g, "x", "a");
+  CU_ASSERT(tpu_graph_infer(g, 2) == TPU_ESHAPE);
+  CU_ASSERT(says(g, "node 'r4' (Reshape, opset 4)", "to [2] (2 elements)"));
+  tpu_graph_free(g);
+  g = mk();
+  input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)6);
+  r4 = nd(g, "r4", "Reshape", 4, "x", "a");
+  attr_ints(g, r4, "shape", 1, flat);
+  fl = nd(g, "fl", "Flatten", 13, "x", "c");
+  attr_i(g, fl, "axis", -1);
+  ln = nd(g, "ln", "LayerNormalization", 17, "x,x", "d");
+  attr_i(g, ln, "axis", 0);
+  k = nd(g, "k", "Constant", 13, "", "e");
+  CU_ASSERT_FATAL(tpu_graph_add_attr(g, k, &vf) == TPU_OK);
+  nd(g, "shp", "Shape", 13, "x", "sh");
+  c32 = nd(g, "c32", "Cast", 13, "sh", "sh32");
+  attr_i(g, c32, "to", 6);
+  nd(g, "rc", "Reshape", 13, "x,sh32", "f");
+  io(g, "x", "a,c,d,e,f");
+  infer_ok(g, 2);
+  CU_ASSERT(shape_is(g, "a", TPU_GRAPH_FP32, 1, (int64_t)12));
+  CU_ASSERT(shape_is(g, "c", TPU_GRAPH_FP32, 2, (int64_t)2, (int64_t)6));
+  CU_ASSERT(shape_is(g, "d", TPU_GRAPH_FP32, 2, (int64_t)2, (int64_t)6));
+  CU_ASSERT(shape_is(g, "e", TPU_GRAPH_FP32, 0));
+  CU_ASSERT(shape_is(g, "sh32", TPU_GRAPH_INT32, 1, (int64_t)2));
+  CU_ASSERT(shape_is(g, "f", TPU_GRAPH_FP32, 2, (int64_t)2, (int64_t)6));
+  tpu_graph_free(g);
+
+  /* Errors: Unsqueeze-13 without axes, a bad perm, an unknown Cast type, Concat without axis,
+   * a folded Gather index out of range, Where on a non-BOOL condition, a computed shape. */
+  struct {
+    const char *op;
+    int opset;
+    const char *ins;
+    tpu_status_t st;
+    const char *msg;
+  } cases[] = {
+      {"Unsqueeze", 13, "x", TPU_EINVAL, "takes 2 inputs, got 1"},
+      {"Transpose", 13, "x", TPU_EINVAL, "perm is not a permutation of 0..1"},
+      {"Cast", 13, "x", TPU_EDTYPE, "attribute 'to' is ONNX type 8"},
+      {"Concat", 13, "x,x", TPU_EINVAL, "attribute 'axis' is required"},
+      {"Gather", 13, "sh,i5", TPU_ERANGE, "index 5 is out of range for 'sh' [2]"},
+      {"Where", 16, "x,x,x", TPU_EDTYPE, "'x' (condition) is FP32, expected BOOL"},
+      {"Reshape", 13, "x,xi", TPU_ENOTSUP, "'xi' (shape) must be a constant"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    g = mk();
+    input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)6);
+    input(g, "xi", TPU_GRAPH_INT64, 1, (int64_t)2);
+    init_i64(g, "i5", 1, idx5);
+    nd(g, "shp", "Shape", 13, "x", "sh");
+    size_t n = nd(g, "n", cases[i].op, cases[i].opset, cases[i].ins, "y");
+    if (strcmp(cases[i].op, "Transpose") == 0) attr_ints(g, n, "perm", 2, bad_perm);
+    if (strcmp(cases[i].op, "Cast") == 0) attr_i(g, n, "to", 8);
+    io(g, "x,xi", "y");
+    CU_ASSERT(tpu_graph_infer(g, 3) == cases[i].st);
+    CU_ASSERT(says(g, "node 'n'", cases[i].msg));
+    tpu_graph_free(g);
+  }
+}
+
 TPU_TEST_SUITE(graph,
                {"dtypes", test_dtypes},
                {"builder_errors", test_builder_errors},
@@ -804,4 +887,5 @@ TPU_TEST_SUITE(graph,
                {"reduce_argmax_gather", test_reduce_argmax_gather},
                {"movement", test_movement},
                {"shape_constant_chain", test_shape_constant_chain},
-               {"declared_and_unsupported", test_declared_and_unsupported})
+               {"declared_and_unsupported", test_declared_and_unsupported},
+               {"opset_forms", test_opset_forms})
