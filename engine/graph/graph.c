@@ -276,7 +276,10 @@ tpu_status_t tpu_graph_add_tensor(tpu_graph_t *g, const char *name, tpu_graph_dt
     return tpu__graph_fail(g, TPU_EINVAL, "tensor '%s': unknown dtype %d", name, (int)dtype);
   if ((st = check_shape(g, "tensor", name, rank, dims, 1)) != TPU_OK) return st;
   long t = find_tensor(g, name);
-  if (t >= 0 && (g->tensors[t].declared || g->tensors[t].is_init))
+  if (t >= 0 && g->tensors[t].is_init)
+    return tpu__graph_fail(g, TPU_EINVAL, "tensor '%s': is an initializer, its type and shape "
+                           "are the initializer's", name);
+  if (t >= 0 && g->tensors[t].declared)
     return tpu__graph_fail(g, TPU_EINVAL, "tensor '%s': declared twice", name);
   int created;
   if ((st = intern(g, name, &t, &created)) != TPU_OK)

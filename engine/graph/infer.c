@@ -327,9 +327,11 @@ static tpu_status_t op_cast(ctx_t *c) {
   tpu_status_t st;
   int64_t to;
   if ((st = arity(c, 1, 1, 1)) != TPU_OK) return st;
-  if ((st = attr_int(c, "to", -1, &to)) != TPU_OK) return st;
-  if (to < 0) return cfail(c, TPU_EINVAL, "attribute 'to' is required");
-  tpu_graph_dtype_t dt = to > 1000 ? TPU_GRAPH_UNDEFINED : tpu_graph_dtype_from_onnx((int)to);
+  if (!tpu_graph_attr(c->g, c->n, "to"))
+    return cfail(c, TPU_EINVAL, "attribute 'to' is required");
+  if ((st = attr_int(c, "to", 0, &to)) != TPU_OK) return st;
+  tpu_graph_dtype_t dt =
+      to < 0 || to > 1000 ? TPU_GRAPH_UNDEFINED : tpu_graph_dtype_from_onnx((int)to);
   if (dt == TPU_GRAPH_UNDEFINED)
     return cfail(c, TPU_EDTYPE, "attribute 'to' is ONNX type %lld, which tpud does not support",
                  (long long)to);

@@ -151,7 +151,7 @@ tpu_status_t tpu_graph_validate(tpu_graph_t *g);
  * shape, Squeeze/Unsqueeze/Reduce* axes). An op outside the supported set is TPU_ENOTSUP naming
  * op, node and opset; shapes that do not fit are TPU_ESHAPE naming the node and the shapes;
  * wrong dtypes TPU_EDTYPE; a shape whose element count overflows TPU_EOVERFLOW. A new call
- * replaces the previous inference. batch ≥ 1. */
+ * replaces the previous inference; after a failed one no tensor is marked inferred. batch ≥ 1. */
 tpu_status_t tpu_graph_infer(tpu_graph_t *g, int64_t batch);
 
 /* ---- reading a graph back ---- */

@@ -199,6 +199,8 @@ static void test_builder_errors(void) {
   CU_ASSERT(says(g, "initializer 'w'", "given twice"));
   CU_ASSERT(tpu_graph_add_initializer(g, "x", TPU_GRAPH_FP32, 2, d, data, 24) == TPU_EINVAL);
   CU_ASSERT(says(g, "initializer 'x'", "declared"));
+  CU_ASSERT(tpu_graph_add_tensor(g, "w", TPU_GRAPH_FP32, 2, d) == TPU_EINVAL);
+  CU_ASSERT(says(g, "tensor 'w': is an initializer", NULL));
   /* Nodes: the same output twice, an output that is a constant; failed adds leave nothing. */
   CU_ASSERT(node(g, "a", "Relu", 13, "x", "y", NULL) == TPU_OK);
   size_t tensors = tpu_graph_tensor_count(g);
@@ -855,6 +857,7 @@ static void test_opset_forms(void) {
       {"Unsqueeze", 13, "x", TPU_EINVAL, "takes 2 inputs, got 1"},
       {"Transpose", 13, "x", TPU_EINVAL, "perm is not a permutation of 0..1"},
       {"Cast", 13, "x", TPU_EDTYPE, "attribute 'to' is ONNX type 8"},
+      {"Cast", 19, "x", TPU_EINVAL, "attribute 'to' is required"},
       {"Concat", 13, "x,x", TPU_EINVAL, "attribute 'axis' is required"},
       {"Gather", 13, "sh,i5", TPU_ERANGE, "index 5 is out of range for 'sh' [2]"},
       {"Where", 16, "x,x,x", TPU_EDTYPE, "'x' (condition) is FP32, expected BOOL"},
@@ -868,7 +871,7 @@ static void test_opset_forms(void) {
     nd(g, "shp", "Shape", 13, "x", "sh");
     size_t n = nd(g, "n", cases[i].op, cases[i].opset, cases[i].ins, "y");
     if (strcmp(cases[i].op, "Transpose") == 0) attr_ints(g, n, "perm", 2, bad_perm);
-    if (strcmp(cases[i].op, "Cast") == 0) attr_i(g, n, "to", 8);
+    if (strcmp(cases[i].op, "Cast") == 0 && cases[i].opset == 13) attr_i(g, n, "to", 8);
     io(g, "x,xi", "y");
     CU_ASSERT(tpu_graph_infer(g, 3) == cases[i].st);
     CU_ASSERT(says(g, "node 'n'", cases[i].msg));
