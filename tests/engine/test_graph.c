@@ -879,6 +879,94 @@ static void test_opset_forms(void) {
   }
 }
 
+/* Random small graphs of supported (and one unsupported) ops with random operands and
+ * attributes: inference either succeeds with every tensor given a valid shape, or fails with a
+ * message naming a node. Run under valgrind or ASan this also checks that no rule reads out of
+ * bounds on odd ranks, axes or constant values. */
+static void test_random_graphs(void) {
+  static const char *const ops[] = {
+      "Gemm", "MatMul", "Add", "Mul", "Pow", "Max", "Where", "Relu", "Clip", "Cast", "Softmax",
+      "LogSoftmax", "LayerNormalization", "BatchNormalization", "ReduceSum", "ReduceMean",
+      "ReduceMax", "ArgMax", "Gather", "Concat", "Flatten", "Reshape", "Squeeze", "Unsqueeze",
+      "Transpose", "Shape", "Identity", "Bogus"};
+  static const char *const attrs[] = {"axis", "keepdims", "transA", "transB", "to", "allowzero",
+                                      "start", "end", "noop_with_empty_axes"};
+  enum { NOPS = sizeof ops / sizeof ops[0], NATTRS = sizeof attrs / sizeof attrs[0] };
+  int inferred = 0;
+  for (int iter = 0; iter < 400; iter++) {
+    tpu_graph_t *g = mk();
+    char names[32][16];
+    size_t nn = 0;
+    int64_t d[TPU_GRAPH_MAX_RANK];
+    int rank = (int)tpu_test_rand_range(1, 4);
+    d[0] = B;
+    for (int i = 1; i < rank; i++) d[i] = tpu_test_rand_range(1, 4);
+    CU_ASSERT_FATAL(tpu_graph_add_tensor(g, "x", TPU_GRAPH_FP32, rank, d) == TPU_OK);
+    snprintf(names[nn++], 16, "x");
+    for (int k = 0; k < 4; k++) {
+      int r = (int)tpu_test_rand_range(0, 3);
+      int ints = k >= 2;
+      int64_t vals[64];
+      size_t n = 1;
+      for (int i = 0; i < r; i++) n *= (size_t)(d[i] = tpu_test_rand_range(1, 4));
+      for (size_t i = 0; i < n; i++) vals[i] = tpu_test_rand_range(-3, 4);
+      snprintf(names[nn], 16, "c%d", k);
+      CU_ASSERT_FATAL(tpu_graph_add_initializer(g, names[nn], ints ? TPU_GRAPH_INT64 :
+                                                TPU_GRAPH_FP32, r, d, vals,
+                                                n * (ints ? 8 : 4)) == TPU_OK);
+      nn++;
+    }
+    int nodes = (int)tpu_test_rand_range(1, 6);
+    for (int k = 0; k < nodes; k++) {
+      const char *in[4];
+      size_t nin = (size_t)(tpu_test_rand_range(0, 9) ? tpu_test_rand_range(1, 2)
+                                                      : tpu_test_rand_range(0, 4));
+      for (size_t i = 0; i < nin; i++)
+        in[i] = tpu_test_rand_range(0, 9) == 0 ? "" : names[tpu_test_rand_range(0, (long)nn - 1)];
+      if (nin && tpu_test_rand_range(0, 1)) in[0] = names[nn - 1]; /* mostly chains */
+      snprintf(names[nn], 16, "t%d", k);
+      const char *out[1] = {names[nn]};
+      size_t idx;
+      const char *op = ops[tpu_test_rand_range(0, NOPS - 1)];
+      CU_ASSERT_FATAL(tpu_graph_add_node(g, NULL, op, NULL, (int)tpu_test_rand_range(7, 21), nin,
+                                         in, 1, out, &idx) == TPU_OK);
+      nn++;
+      for (int a = 0; a < 3; a++) {
+        tpu_graph_attr_t at = {.name = attrs[tpu_test_rand_range(0, NATTRS - 1)],
+                               .type = TPU_GRAPH_ATTR_INT, .i = tpu_test_rand_range(-3, 7)};
+        int64_t list[4];
+        if (tpu_test_rand_range(0, 3) == 0) {
+          at.name = tpu_test_rand_range(0, 1) ? "perm" : "axes";
+          at.type = TPU_GRAPH_ATTR_INTS;
+          at.n = (size_t)tpu_test_rand_range(0, 4);
+          for (size_t i = 0; i < at.n; i++) list[i] = tpu_test_rand_range(-4, 4);
+          at.ints = list;
+        }
+        if (!tpu_graph_attr(g, idx, at.name)) CU_ASSERT(tpu_graph_add_attr(g, idx, &at) == TPU_OK);
+      }
+    }
+    const char *ins[] = {"x"}, *outs[] = {names[nn - 1]};
+    CU_ASSERT_FATAL(tpu_graph_set_inputs(g, 1, ins) == TPU_OK);
+    CU_ASSERT_FATAL(tpu_graph_set_outputs(g, 1, outs) == TPU_OK);
+    tpu_status_t st = tpu_graph_infer(g, tpu_test_rand_range(1, 3));
+    TPU_ASSERT_SEED((unsigned)st < (unsigned)TPU_STATUS_COUNT);
+    if (st != TPU_OK) {
+      TPU_ASSERT_SEED(strstr(tpu_graph_error(g), "node #") != NULL);
+    } else {
+      inferred++;
+      for (size_t t = 0; t < tpu_graph_tensor_count(g); t++) {
+        tpu_graph_tensor_info_t info;
+        CU_ASSERT_FATAL(tpu_graph_tensor(g, t, &info) == TPU_OK);
+        if (info.producer < 0 && !info.is_input && !info.is_initializer) continue;
+        TPU_ASSERT_SEED(info.inferred && info.rank >= 0 && info.rank <= TPU_GRAPH_MAX_RANK);
+        for (int i = 0; i < info.rank; i++) TPU_ASSERT_SEED(info.dims[i] >= 0);
+      }
+    }
+    tpu_graph_free(g);
+  }
+  TPU_ASSERT_SEED(inferred > 0); /* the success path ran (about one graph in twenty infers) */
+}
+
 TPU_TEST_SUITE(graph,
                {"dtypes", test_dtypes},
                {"builder_errors", test_builder_errors},
@@ -891,4 +979,5 @@ TPU_TEST_SUITE(graph,
                {"movement", test_movement},
                {"shape_constant_chain", test_shape_constant_chain},
                {"declared_and_unsupported", test_declared_and_unsupported},
-               {"opset_forms", test_opset_forms})
+               {"opset_forms", test_opset_forms},
+               {"random_graphs", test_random_graphs})
