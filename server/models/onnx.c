@@ -611,6 +611,10 @@ static tpu_status_t tensor_from(ctx_t *c, const char *what, const Tpuonnx__Tenso
 
 /* ---- attributes, nodes, values ---- */
 
+static int cmp_names(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 static void attr_clear(tpu_onnx_attr_t *a) {
   free(a->name);
   free(a->s.data);
@@ -761,15 +765,25 @@ static tpu_status_t node_from(ctx_t *c, size_t index, const Tpuonnx__NodeProto *
     if (!(n->outputs[n->noutputs] = dupstr(np->output[n->noutputs]))) return oom(c);
   if (np->n_attribute && !(n->attrs = calloc(np->n_attribute, sizeof *n->attrs))) return oom(c);
   for (; n->nattrs < np->n_attribute; n->nattrs++) {
-    const char *an = np->attribute[n->nattrs]->name;
-    for (size_t k = 0; an && k < n->nattrs; k++)
-      if (strcmp(n->attrs[k].name, an) == 0)
-        return fail(c, TPU_EINVAL, "%s: attribute '%s' given twice", label, an);
     tpu_status_t rc = attr_from(c, label, np->attribute[n->nattrs], &n->attrs[n->nattrs]);
     if (rc != TPU_OK) {
       n->nattrs++; /* partly filled: cleared with the rest */
       return rc;
     }
+  }
+  if (n->nattrs > 1) { /* duplicates: sorted, as a node may carry many */
+    const char **names = malloc(n->nattrs * sizeof *names);
+    if (!names) return oom(c);
+    for (size_t k = 0; k < n->nattrs; k++) names[k] = n->attrs[k].name;
+    qsort(names, n->nattrs, sizeof *names, cmp_names);
+    for (size_t k = 1; k < n->nattrs; k++)
+      if (strcmp(names[k - 1], names[k]) == 0) {
+        tpu_status_t rc =
+            fail(c, TPU_EINVAL, "%s: attribute '%.200s' given twice", label, names[k]);
+        free(names);
+        return rc;
+      }
+    free(names);
   }
   return TPU_OK;
 }
@@ -856,6 +870,9 @@ void tpu_onnx_free(tpu_onnx_model_t *m) {
   free(m);
 }
 
+static tpu_status_t values_from(ctx_t *c, const Tpuonnx__GraphProto *g, tpu_onnx_model_t *m,
+                                const char **sorted);
+
 static tpu_status_t model_from(ctx_t *c, const Tpuonnx__ModelProto *mp, tpu_onnx_model_t *m) {
   tpu_status_t rc;
   if (!mp->has_ir_version || mp->ir_version <= 0)
@@ -898,15 +915,44 @@ static tpu_status_t model_from(ctx_t *c, const Tpuonnx__ModelProto *mp, tpu_onnx
     if (!tp->name || !tp->name[0])
       return fail(c, TPU_EINVAL, "initializer %zu: no name", m->ninitializers);
     snprintf(what, sizeof what, "initializer '%.200s'", tp->name);
-    for (size_t k = 0; k < m->ninitializers; k++)
-      if (strcmp(m->initializers[k].name, tp->name) == 0)
-        return fail(c, TPU_EINVAL, "%s: given twice", what);
     rc = tensor_from(c, what, tp, &m->initializers[m->ninitializers]);
     if (rc != TPU_OK) {
       m->ninitializers++;
       return rc;
     }
   }
+  /* Names sorted once (a file can hold many initializers: no quadratic scans), for the
+   * duplicate check and for marking the inputs that have one. */
+  const char **sorted = NULL;
+  if (m->ninitializers) {
+    if (!(sorted = malloc(m->ninitializers * sizeof *sorted))) return oom(c);
+    for (size_t k = 0; k < m->ninitializers; k++) sorted[k] = m->initializers[k].name;
+    qsort(sorted, m->ninitializers, sizeof *sorted, cmp_names);
+    for (size_t k = 1; k < m->ninitializers; k++)
+      if (strcmp(sorted[k - 1], sorted[k]) == 0) {
+        rc = fail(c, TPU_EINVAL, "initializer '%.200s': given twice", sorted[k]);
+        free(sorted);
+        return rc;
+      }
+  }
+  rc = values_from(c, g, m, sorted);
+  free(sorted);
+  if (rc != TPU_OK) return rc;
+  if (g->n_node && !(m->nodes = calloc(g->n_node, sizeof *m->nodes))) return oom(c);
+  for (; m->nnodes < g->n_node; m->nnodes++) {
+    rc = node_from(c, m->nnodes, g->node[m->nnodes], m, &m->nodes[m->nnodes]);
+    if (rc != TPU_OK) {
+      m->nnodes++;
+      return rc;
+    }
+  }
+  return TPU_OK;
+}
+
+/* The graph's inputs and outputs; `sorted`: the initializers' names, sorted (NULL if none). */
+static tpu_status_t values_from(ctx_t *c, const Tpuonnx__GraphProto *g, tpu_onnx_model_t *m,
+                                const char **sorted) {
+  tpu_status_t rc;
   if (!g->n_output) return fail(c, TPU_EINVAL, "the graph has no outputs");
   if (g->n_input && !(m->inputs = calloc(g->n_input, sizeof *m->inputs))) return oom(c);
   for (; m->ninputs < g->n_input; m->ninputs++) {
@@ -916,13 +962,9 @@ static tpu_status_t model_from(ctx_t *c, const Tpuonnx__ModelProto *mp, tpu_onnx
       m->ninputs++;
       return rc;
     }
-    for (size_t k = 0; k < m->ninputs; k++)
-      if (strcmp(m->inputs[k].name, v->name) == 0) {
-        m->ninputs++;
-        return fail(c, TPU_EINVAL, "graph input '%s': given twice", v->name);
-      }
-    for (size_t k = 0; k < m->ninitializers; k++)
-      if (strcmp(m->initializers[k].name, v->name) == 0) v->initializer = 1;
+    const char *key = v->name;
+    v->initializer =
+        sorted && bsearch(&key, sorted, m->ninitializers, sizeof *sorted, cmp_names) != NULL;
   }
   if (!(m->outputs = calloc(g->n_output, sizeof *m->outputs))) return oom(c);
   for (; m->noutputs < g->n_output; m->noutputs++) {
@@ -932,13 +974,23 @@ static tpu_status_t model_from(ctx_t *c, const Tpuonnx__ModelProto *mp, tpu_onnx
       return rc;
     }
   }
-  if (g->n_node && !(m->nodes = calloc(g->n_node, sizeof *m->nodes))) return oom(c);
-  for (; m->nnodes < g->n_node; m->nnodes++) {
-    rc = node_from(c, m->nnodes, g->node[m->nnodes], m, &m->nodes[m->nnodes]);
-    if (rc != TPU_OK) {
-      m->nnodes++;
-      return rc;
-    }
+  /* Duplicate names among inputs, and among outputs: sorted copies of the
+   * checked names, as above. */
+  for (int pass = 0; pass < 2; pass++) {
+    size_t n = pass ? m->noutputs : m->ninputs;
+    if (n < 2) continue;
+    const char **names = malloc(n * sizeof *names);
+    if (!names) return oom(c);
+    for (size_t k = 0; k < n; k++) names[k] = (pass ? m->outputs : m->inputs)[k].name;
+    qsort(names, n, sizeof *names, cmp_names);
+    for (size_t k = 1; k < n; k++)
+      if (strcmp(names[k - 1], names[k]) == 0) {
+        rc = fail(c, TPU_EINVAL, "graph %s '%.200s': given twice", pass ? "output" : "input",
+                  names[k]);
+        free(names);
+        return rc;
+      }
+    free(names);
   }
   return TPU_OK;
 }

@@ -532,6 +532,23 @@ static void test_bad_data(void) {
   Tpuonnx__TensorProto *two[2] = {&w, &w};
   graph.initializer = two, graph.n_initializer = 2;
   expect_bad(model_pack(), TPU_EINVAL, "initializer 'w'", "twice");
+  /* Duplicate graph inputs and outputs; an input with an initializer of its name is marked. */
+  model_reset();
+  Tpuonnx__ValueInfoProto *vv[2] = {&xv, &xv};
+  graph.input = vv, graph.n_input = 2;
+  expect_bad(model_pack(), TPU_EINVAL, "graph input 'x'", "twice");
+  model_reset();
+  Tpuonnx__ValueInfoProto *yy[2] = {&yv, &yv};
+  graph.output = yy, graph.n_output = 2;
+  expect_bad(model_pack(), TPU_EINVAL, "graph output 'y'", "twice");
+  model_reset();
+  xv.name = "w";
+  tpu_onnx_model_t *m = expect_ok(model_pack(), NULL);
+  CU_ASSERT_EQUAL(m->inputs[0].initializer, 1);
+  tpu_onnx_free(m);
+  model_reset();
+  graph.n_output = 0;
+  expect_bad(model_pack(), TPU_EINVAL, "no outputs");
 }
 
 static void test_bad_model(void) {
@@ -720,6 +737,27 @@ static void test_external(void) {
   CU_ASSERT_EQUAL(tpu_onnx_load(path, 0, NULL, &m, err, sizeof err), TPU_OK);
   CU_ASSERT_PTR_NOT_NULL(m);
   tpu_onnx_free(m);
+  /* max_bytes bounds the external data too: 4000 bytes of it against a bound of 1000. */
+  float big[1000] = {0};
+  snprintf(path, sizeof path, "%s/big.bin", dir);
+  write_file(path, big, sizeof big);
+  model_reset();
+  int64_t big_dims[1] = {1000};
+  w.dims = big_dims, w.n_dims = 1;
+  set_external("big.bin", NULL, NULL);
+  b = model_pack();
+  CU_ASSERT_TRUE_FATAL(b.len < 1000);
+  snprintf(path, sizeof path, "%s/model.onnx", dir);
+  write_file(path, b.buf, b.len);
+  free(b.buf);
+  m = (tpu_onnx_model_t *)1;
+  CU_ASSERT_EQUAL(tpu_onnx_load(path, 1000, NULL, &m, err, sizeof err), TPU_EINVAL);
+  CU_ASSERT_PTR_NULL(m);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "initializer 'w'"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "over the bound"));
+  CU_ASSERT_EQUAL(tpu_onnx_load(path, 4096, NULL, &m, err, sizeof err), TPU_OK);
+  tpu_onnx_free(m);
+
   snprintf(path, sizeof path, "%s/nothing.onnx", dir);
   m = (tpu_onnx_model_t *)1;
   CU_ASSERT_NOT_EQUAL(tpu_onnx_load(path, 0, NULL, &m, err, sizeof err), TPU_OK);
