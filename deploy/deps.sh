@@ -16,6 +16,9 @@ build_pkgs=(
   libssl-dev openssl libjansson-dev libcunit1-dev libnghttp2-dev
   python3 python3-numpy curl
   python3-grpcio python3-h2 protobuf-compiler protobuf-compiler-grpc
+  # ONNX's own backend test models (/usr/share/libonnx-testdata): the ONNX decoder's unit
+  # suite (tests/server/models/test_onnx.c) decodes every one, and fuzz_onnx seeds from them.
+  libonnx-testdata
 )
 bench_pkgs=(libdnnl-dev libopenblas-dev g++ nghttp2-client)
 fuzz_pkgs=(clang libclang-rt-14-dev)

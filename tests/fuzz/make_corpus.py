@@ -193,6 +193,40 @@ p = os.path.join(ROOT, "models", "digits", "1", "model.safetensors")
 if os.path.exists(p):
     write("fuzz_safetensors", "digits", open(p, "rb").read())
 
+# fuzz_onnx: small ONNX models written from onnx.proto's field numbers (ModelProto: ir_version 1,
+# graph 7, opset_import 8; GraphProto: node 1, name 2, initializer 5, input 11, output 12;
+# NodeProto: input 1, output 2, name 3, op_type 4, attribute 5; TensorProto: dims 1, data_type 2,
+# float_data 4, int32_data 5, int64_data 7, name 8, raw_data 9, external_data 13,
+# data_location 14; ValueInfoProto: name 1, type 2; TypeProto.tensor_type 1: elem_type 1,
+# shape 2; TensorShapeProto.dim 1: dim_value 1, dim_param 2; AttributeProto: name 1, f 2, i 3,
+# t 5, ints 8, type 20). ONNX's own test models are added as seeds by run.sh.
+def onnx_value(name, elem, dims):
+    shape = b"".join(f_bytes(1, f_str(2, d) if isinstance(d, str) else f_varint(1, d)) for d in dims)
+    return f_str(1, name) + f_bytes(2, f_bytes(1, f_varint(1, elem) + f_bytes(2, shape)))
+def onnx_tensor(name, dtype, dims, raw=None, floats=None, ints32=None):
+    b = b"".join(f_varint(1, d) for d in dims) + f_varint(2, dtype) + f_str(8, name)
+    if raw is not None: b += f_bytes(9, raw)
+    if floats is not None: b += f_float(4, floats)
+    if ints32 is not None: b += f_packed(5, ints32)
+    return b
+def onnx_node(op, ins, outs, name="", attrs=b""):
+    return b"".join(f_str(1, i) for i in ins) + b"".join(f_str(2, o) for o in outs) + f_str(3, name) + f_str(4, op) + attrs
+def onnx_model(nodes, inits, ins, outs, opset=13):
+    g = b"".join(f_bytes(1, n) for n in nodes) + f_str(2, "g") + b"".join(f_bytes(5, t) for t in inits)
+    g += b"".join(f_bytes(11, v) for v in ins) + b"".join(f_bytes(12, v) for v in outs)
+    return f_varint(1, 8) + f_bytes(7, g) + f_bytes(8, f_str(1, "") + f_varint(2, opset))
+write("fuzz_onnx", "matmul_raw", onnx_model([onnx_node("MatMul", ["x", "w"], ["y"], "mm")],
+      [onnx_tensor("w", 1, [2, 3], raw=f32s([1, 2, 3, 4, 5, 6]))],
+      [onnx_value("x", 1, ["N", 2])], [onnx_value("y", 1, ["N", 3])]))
+write("fuzz_onnx", "gemm_typed", onnx_model([onnx_node("Gemm", ["x", "w", "b"], ["y"], "fc",
+      f_bytes(5, f_str(1, "alpha") + struct.pack("<B", 2 << 3 | 5) + struct.pack("<f", 0.5) + f_varint(20, 1)) +
+      f_bytes(5, f_str(1, "transB") + f_varint(3, 1) + f_varint(20, 2)))],
+      [onnx_tensor("w", 1, [3, 2], floats=[1, 2, 3, 4, 5, 6]), onnx_tensor("b", 3, [3], ints32=[1, -1, 2])],
+      [onnx_value("x", 1, [1, 2])], [onnx_value("y", 1, [1, 3])], opset=17))
+write("fuzz_onnx", "constant", onnx_model([onnx_node("Constant", [], ["c"], "",
+      f_bytes(5, f_str(1, "value") + f_bytes(5, onnx_tensor("", 7, [2], raw=struct.pack("<qq", 3, -4))) + f_varint(20, 4))),
+      onnx_node("Reshape", ["x", "c"], ["y"], "r")], [], [onnx_value("x", 1, [2, 2])], [onnx_value("y", 1, [1, 4])]))
+
 # fuzz_audit_verify: byte 0 flags (1 key, 2 split at byte 1, 4 head after NUL, 8 --partial).
 def audit_log(n, key=None, torn=False):
     mac = lambda b: (hmac.new(key, b, hashlib.sha256) if key else hashlib.sha256(b)).hexdigest()

@@ -12,7 +12,7 @@ build=$1
 seconds=$2
 shift 2
 all=(fuzz_frame fuzz_validate fuzz_oip_json fuzz_safetensors fuzz_model_config fuzz_audit_verify
-     fuzz_http_parser fuzz_grpc)
+     fuzz_http_parser fuzz_grpc fuzz_onnx)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 jobs=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
@@ -21,6 +21,7 @@ max_len() {
   case $1 in
     fuzz_frame) echo 65536 ;;           # several pipelined frames of a few KiB
     fuzz_safetensors) echo 32768 ;;     # the digits checkpoint (19.6 KB) fits
+    fuzz_onnx) echo 32768 ;;            # the node tests' models are a few hundred bytes
     fuzz_model_config | fuzz_http_parser) echo 8192 ;;
     fuzz_grpc) echo 1024 ;;             # one header value
     *) echo 16384 ;;
@@ -41,13 +42,23 @@ run_one() {
     return 0
   fi
   mkdir -p "$build/fuzz-corpus/$t"
+  local extra=()
+  # fuzz_onnx also seeds from ONNX's own test models (libonnx-testdata, deploy/deps.sh), those
+  # that fit max_len; copied, so that the corpus directory holds only models.
+  if [ "$t" = fuzz_onnx ] && [ -d /usr/share/libonnx-testdata/data ]; then
+    mkdir -p "$build/fuzz-seeds/$t"
+    find /usr/share/libonnx-testdata/data -name model.onnx -size -32k | while read -r f; do
+      cp "$f" "$build/fuzz-seeds/$t/$(echo "$f" | md5sum | cut -c1-16).onnx"
+    done
+    extra=("$build/fuzz-seeds/$t")
+  fi
   # -timeout: one input taking 10 s is a hang; -rss_limit_mb: allocations must be bounded.
   # detect_leaks: a leak on an error path is a finding too.
   ASAN_OPTIONS=detect_leaks=1 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   "$bin" -max_total_time="$seconds" -max_len="$(max_len "$t")" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$here/crashes/$t-" $(dict "$t") \
-    "$build/fuzz-corpus/$t" "$here/corpus/$t" >"$build/fuzz-logs/$t.log" 2>&1
+    "$build/fuzz-corpus/$t" "$here/corpus/$t" "${extra[@]}" >"$build/fuzz-logs/$t.log" 2>&1
   echo $? >"$build/fuzz-logs/$t.rc"
 }
 export -f run_one max_len dict
