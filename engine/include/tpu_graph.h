@@ -192,6 +192,71 @@ long tpu_graph_input(const tpu_graph_t *g, size_t i);  /* tensor index, -1 out o
 size_t tpu_graph_output_count(const tpu_graph_t *g);
 long tpu_graph_output(const tpu_graph_t *g, size_t i); /* tensor index, -1 out of range */
 
+
+/* ---- programs: a graph compiled for one batch size ---- */
+
+/* A program is a graph compiled for one batch size: constants folded, Gemm/MatMul nodes with
+ * constant weights turned into engine plans (with the bias and a following activation fused
+ * into the plan's epilogue where exact), every other node bound to its kernel, and every
+ * intermediate tensor placed in one arena by liveness (tensors whose lifetimes do not overlap
+ * share bytes). Running it allocates nothing. It keeps pointers into the graph (initializer
+ * bytes, attributes): the graph must outlive it and take no new inference while it runs
+ * (compiling another batch size is fine: the program copies what inference gave it). */
+typedef struct tpu_graph_program tpu_graph_program_t;
+
+typedef struct {
+  tpu_dtype_t precision;          /* of the matmul nodes with constant weights: FP32 (also when
+                                   * opts is NULL), BF16 or INT8 (per-row dynamic activation
+                                   * scales, per-channel weight scales) */
+  const char *const *fp32_nodes;  /* names of nodes kept in FP32 whatever `precision` says */
+  size_t nfp32_nodes;
+  uint64_t memory_limit;          /* bytes the program may hold (0: no limit): TPU_ERANGE */
+} tpu_graph_compile_opts_t;
+
+/* Infers the graph for `batch` and compiles it. An op with no kernel, or a dtype its kernel does
+ * not take, is TPU_ENOTSUP naming the op, node, opset and dtype; other errors as for
+ * tpu_graph_infer. Messages in tpu_graph_error(g). */
+tpu_status_t tpu_graph_compile(tpu_graph_t *g, tpu_engine_t *engine, int64_t batch,
+                               const tpu_graph_compile_opts_t *opts, tpu_graph_program_t **out);
+void tpu_graph_program_free(tpu_graph_program_t *p);
+
+/* A graph input or output of a compiled program: its fixed dtype and shape. */
+typedef struct {
+  const char *name;
+  tpu_graph_dtype_t dtype;
+  int rank;
+  const int64_t *dims;
+  size_t elems, bytes;
+} tpu_graph_io_t;
+
+size_t tpu_graph_program_input_count(const tpu_graph_program_t *p);
+size_t tpu_graph_program_output_count(const tpu_graph_program_t *p);
+tpu_status_t tpu_graph_program_input(const tpu_graph_program_t *p, size_t i, tpu_graph_io_t *out);
+tpu_status_t tpu_graph_program_output(const tpu_graph_program_t *p, size_t i,
+                                      tpu_graph_io_t *out);
+
+/* Runs the program: inputs[i] holds graph input i (its bytes, as tpu_graph_program_input says),
+ * outputs[i] receives graph output i. Buffers must not overlap the outputs. Allocates nothing;
+ * one thread at a time per program. A value the model cannot take (a Gather index out of range)
+ * is TPU_ERANGE with tpu_graph_program_error naming the node, the tensor and the value; outputs
+ * are then unspecified. */
+tpu_status_t tpu_graph_program_run(tpu_graph_program_t *p, const void *const *inputs,
+                                   void *const *outputs);
+/* The message of the last failed run ("" when none). */
+const char *tpu_graph_program_error(const tpu_graph_program_t *p);
+
+/* What one run costs the engine: useful MACs, simulated systolic cycles and MAC slots of every
+ * matmul node. Any pointer may be NULL. */
+void tpu_graph_program_cost(const tpu_graph_program_t *p, uint64_t *macs, uint64_t *cycles,
+                            uint64_t *slots);
+/* Bytes the program holds: arena, folded constants, packed weights, plans and kernel state. */
+uint64_t tpu_graph_program_memory(const tpu_graph_program_t *p);
+/* Steps the program runs (nodes folded away or fused into a plan are not steps). */
+size_t tpu_graph_program_step_count(const tpu_graph_program_t *p);
+/* One line per step ("Gemm 'fc1' -> engine plan int8 [64x128x256] +bias relu", ...) into buf;
+ * returns the length it needed (snprintf-style). */
+size_t tpu_graph_program_describe(const tpu_graph_program_t *p, char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

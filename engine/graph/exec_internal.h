@@ -1,0 +1,126 @@
+/*
+ * exec_internal.h - what the graph compiler (compile.c) and the op kernels (ops_*.c) share.
+ *
+ * DESIGN
+ * The compiler turns each node of an inferred graph into a step: the node's input and output
+ * tensors as views (dtype, static shape, where the bytes are), a run function and the
+ * parameters its prepare function worked out once. A kernel is a pair:
+ *
+ *   prepare(pc, s)  at compile time, once per step: reads the node's attributes (through
+ *                   tpu_graph_attr(pc->g, pc->node, name)) and the views' dtypes and shapes
+ *                   (already inferred and checked by infer.c, so it need not re-check what
+ *                   inference refuses), refuses what the kernel does not do with
+ *                   tpu__prep_fail (TPU_ENOTSUP naming the dtype or attribute value), and
+ *                   stores what run needs in s->params (one block from malloc, or NULL; freed
+ *                   with free() by the program). It may not touch the views' data.
+ *   run(rc, s)      on the hot path: reads s->in[i]->data, writes s->out[i]->data. It must
+ *                   not allocate, block or read anything but its views and params. A value it
+ *                   cannot take (an index out of range) is tpu__run_fail(rc, TPU_ERANGE, ...)
+ *                   naming the tensor and the value.
+ *
+ * Views: in[i] is NULL for an absent optional input (likewise out[i]). Output bytes never
+ * overlap input bytes (the compiler plans them apart), so a kernel may write its output while
+ * still reading its inputs. Data is row-major, packed, with the graph's element layouts (BOOL
+ * one byte). A kernel supports the dtypes it says in prepare and refuses the rest; FP32 is the
+ * one every numeric kernel must take. The same kernels also fold constants at compile time (the
+ * compiler runs a step whose inputs are all constant once and keeps its outputs).
+ *
+ * Op tables: each ops_*.c file exports a table of {op name, prepare, run}; compile.c looks an
+ * op up in all of them (tpu__graph_kernel). An op with one name in two tables is a bug the
+ * graph unit tests catch.
+ */
+#ifndef TPU_GRAPH_EXEC_INTERNAL_H
+#define TPU_GRAPH_EXEC_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph_internal.h"
+#include "tpu_graph.h"
+
+/* A tensor as a step sees it. */
+typedef struct {
+  const char *name;
+  tpu_graph_dtype_t dtype;
+  int rank;
+  int64_t dims[TPU_GRAPH_MAX_RANK];
+  size_t elems, bytes;
+  void *data;       /* where its bytes are during a run (graph inputs: set per run) */
+  int is_const;     /* an initializer or a folded value: data is fixed and read-only */
+  /* Compiler's bookkeeping. */
+  int used;         /* read or produced by some step, or a graph output */
+  long first, last; /* steps that produce and last read it (liveness) */
+  size_t offset;    /* in the arena */
+  int in_arena;
+} tpu__xt_t;
+
+typedef struct tpu__step tpu__step_t;
+typedef struct tpu__run_ctx tpu__run_ctx_t;
+
+/* What prepare sees. */
+typedef struct {
+  tpu_graph_t *g;
+  size_t node;        /* node index in g */
+  const char *label;  /* "node 'fc1' (Gemm, opset 13)" */
+  int opset;
+  tpu_engine_t *engine;
+  tpu_dtype_t precision; /* for matmul nodes */
+} tpu__prep_t;
+
+typedef tpu_status_t (*tpu__prepare_fn)(tpu__prep_t *pc, tpu__step_t *s);
+typedef tpu_status_t (*tpu__run_fn)(tpu__run_ctx_t *rc, tpu__step_t *s);
+
+struct tpu__step {
+  size_t node;
+  const char *op;
+  char *label;          /* owned */
+  size_t nin, nout;
+  tpu__xt_t **in, **out; /* NULL entries for absent optional tensors */
+  tpu__run_fn run;
+  void *params;         /* freed with free() */
+  void (*release)(void *params); /* optional: frees what params point to (before free) */
+  uint64_t macs, cycles, slots;  /* engine cost of one run (matmul steps) */
+  size_t param_bytes;   /* what params hold, for tpu_graph_program_memory */
+  char desc[160];       /* for tpu_graph_program_describe (optional; "" = op and name) */
+};
+
+struct tpu__run_ctx {
+  char *err;
+  size_t errlen;
+  const tpu__step_t *step;
+};
+
+/* Fails a prepare: message "<label>: <fmt>" into the graph's error; returns st. */
+tpu_status_t tpu__prep_fail(tpu__prep_t *pc, tpu_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Fails a run: message "<label>: <fmt>" into the program's error; returns st. */
+tpu_status_t tpu__run_fail(tpu__run_ctx_t *rc, tpu_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Refuses a dtype: TPU_ENOTSUP "input 'x' is FP16: this kernel takes FP32, ..." */
+tpu_status_t tpu__prep_dtype(tpu__prep_t *pc, const tpu__xt_t *t, const char *takes);
+
+/* Attribute helpers for prepare: the value, or def when absent. */
+int64_t tpu__attr_i(const tpu__prep_t *pc, const char *name, int64_t def);
+float tpu__attr_f(const tpu__prep_t *pc, const char *name, float def);
+const char *tpu__attr_s(const tpu__prep_t *pc, const char *name, const char *def);
+
+/* Element i of a tensor of any numeric dtype as double / int64 (BOOL: 0 or 1; FP16/BF16
+ * converted). For prepare and for folding, not for hot loops. */
+double tpu__xt_get_f64(const tpu__xt_t *t, size_t i);
+int64_t tpu__xt_get_i64(const tpu__xt_t *t, size_t i);
+
+typedef struct {
+  const char *op;
+  tpu__prepare_fn prepare;
+  tpu__run_fn run;
+} tpu__kernel_t;
+
+/* Tables of the ops_*.c files, each ended by {NULL}. */
+extern const tpu__kernel_t tpu__kernels_elementwise[]; /* ops_elementwise.c */
+extern const tpu__kernel_t tpu__kernels_tensor[];      /* ops_tensor.c */
+extern const tpu__kernel_t tpu__kernels_matmul[];      /* ops_matmul.c */
+
+/* The kernel of an op in the default domain, or NULL. */
+const tpu__kernel_t *tpu__graph_kernel(const char *op);
+
+#endif /* TPU_GRAPH_EXEC_INTERNAL_H */
