@@ -61,9 +61,12 @@ static void ew_plan(ew_plan_t *p, const tpu__xt_t *o, int nop, const tpu__xt_t *
     for (int k = 0; k < nop; k++) {
       const tpu__xt_t *t = ops[k];
       int td = d - (o->rank - t->rank); /* the operand's own dimension, < 0 when missing */
-      int64_t stride = 1;
-      for (int e = td + 1; e < t->rank; e++) stride *= t->dims[e];
-      st[k][r] = td < 0 || t->dims[td] == 1 ? 0 : stride;
+      int64_t stride = 0;
+      if (td >= 0 && t->dims[td] != 1) {
+        stride = 1;
+        for (int e = td + 1; e < t->rank; e++) stride *= t->dims[e];
+      }
+      st[k][r] = stride;
     }
     r++;
   }
@@ -168,7 +171,8 @@ typedef int (*ew_bin_fn)(void *o, const void *a, const void *b, size_t n, int ki
 #define IMIN(x, y) ((x) < (y) ? (x) : (y))
 
 /* Truncating division; a zero divisor or MIN / -1 sets bad and gives 0. */
-#define IDIV(T, MIN, x, y) ((y) == 0 || ((x) == (MIN) && (y) == -1) ? (bad = 1, (T)0) : (T)((x) / (y)))
+#define IDIV(T, MIN, x, y)                                                                    \
+  ((y) == 0 || ((x) == (MIN) && (y) == -1) ? (bad = 1, (T)0) : (T)((x) / (y)))
 
 EW_BIN(add_f32, float, float, float, x + y)
 EW_BIN(add_f64, double, double, double, x + y)
@@ -474,7 +478,8 @@ EW_UN(erf_f32, float, erff(x))
 EW_UN(erf_f64, double, erf(x))
 EW_UN(gelu_f32, float, 0.5f * x * (1.0f + erff(x * (float)SQRT1_2)))
 EW_UN(gelu_f64, double, 0.5 * x * (1.0 + erf(x * SQRT1_2)))
-EW_UN(gelu_tanh_f32, float, 0.5f * x * (1.0f + tanhf((float)SQRT2_PI * (x + 0.044715f * x * x * x))))
+EW_UN(gelu_tanh_f32, float,
+      0.5f * x * (1.0f + tanhf((float)SQRT2_PI * (x + 0.044715f * x * x * x))))
 EW_UN(gelu_tanh_f64, double, 0.5 * x * (1.0 + tanh(SQRT2_PI * (x + 0.044715 * x * x * x))))
 EW_UN(sqrt_f32, float, sqrtf(x))
 EW_UN(sqrt_f64, double, sqrt(x))
