@@ -767,6 +767,103 @@ static void test_moves_and_constant(void) {
   tpu_graph_free(g);
 }
 
+/* ---- randomized shapes: Transpose, ReduceSum/ReduceMax, Softmax over random axes ---- */
+
+/* Multi-index of flat index i in dims (row-major). */
+static void unflat(size_t i, int rank, const int64_t *dims, int64_t *idx) {
+  for (int k = rank - 1; k >= 0; k--) {
+    idx[k] = (int64_t)(i % (size_t)dims[k]);
+    i /= (size_t)dims[k];
+  }
+}
+
+static size_t flat(int rank, const int64_t *dims, const int64_t *idx) {
+  size_t f = 0;
+  for (int k = 0; k < rank; k++) f = f * (size_t)dims[k] + (size_t)idx[k];
+  return f;
+}
+
+static void test_random_shapes(void) {
+  for (int iter = 0; iter < 60; iter++) {
+    int rank = (int)tpu_test_rand_range(1, 5);
+    int64_t d[5], perm[5], od[5], rd[5];
+    size_t n = 1;
+    for (int k = 0; k < rank; k++) n *= (size_t)(d[k] = tpu_test_rand_range(1, 4));
+    for (int k = 0; k < rank; k++) perm[k] = k;
+    for (int k = rank - 1; k > 0; k--) { /* Fisher-Yates */
+      int j = (int)tpu_test_rand_range(0, k);
+      int64_t t = perm[k];
+      perm[k] = perm[j];
+      perm[j] = t;
+    }
+    for (int k = 0; k < rank; k++) od[k] = d[perm[k]];
+    int64_t axes[5];
+    size_t na = 0;
+    int red[5], keep = (int)tpu_test_rand_range(0, 1), rr = 0;
+    for (int k = 0; k < rank; k++)
+      if (tpu_test_rand_range(0, 1)) axes[na++] = k - (tpu_test_rand_range(0, 1) ? rank : 0);
+    for (int k = 0; k < rank; k++) red[k] = na == 0;
+    for (size_t i = 0; i < na; i++) red[axes[i] < 0 ? axes[i] + rank : axes[i]] = 1;
+    size_t nr = 1;
+    for (int k = 0; k < rank; k++) {
+      if (!red[k]) nr *= (size_t)(rd[rr++] = d[k]);
+      else if (keep) rd[rr++] = 1;
+    }
+    int sax = (int)tpu_test_rand_range(-rank, rank - 1), sa = sax < 0 ? sax + rank : sax;
+    float *x = malloc(n * sizeof *x), *yt = malloc(n * sizeof *yt), *ys = malloc(nr * 4);
+    float *ym = malloc(nr * 4), *yx = malloc(n * 4);
+    double *ws = calloc(nr, sizeof *ws), *wm = malloc(nr * sizeof *wm), *wx = malloc(n * 8);
+    CU_ASSERT_FATAL(x && yt && ys && ym && yx && ws && wm && wx);
+    fill(x, n, -4, 4);
+    tpu_graph_t *g = mk();
+    tensor(g, "x", TPU_GRAPH_FP32, rank, d);
+    size_t k = nd(g, "Transpose", 13, "x", "t");
+    attr_ints(g, k, "perm", (size_t)rank, perm);
+    if (na) init_i64(g, "axes", na, axes);
+    k = nd(g, "ReduceSum", 13, na ? "x,axes" : "x", "s");
+    attr_i(g, k, "keepdims", keep);
+    k = nd(g, "ReduceMax", 13, "x", "m");
+    attr_i(g, k, "keepdims", keep);
+    if (na) attr_ints(g, k, "axes", na, axes);
+    k = nd(g, "Softmax", 13, "x", "sm");
+    attr_i(g, k, "axis", sax);
+    io(g, "x", "t,s,m,sm");
+    tpu_graph_program_t *p = compile(g);
+    check_out(p, 1, TPU_GRAPH_FP32, nr);
+    const void *in[] = {x};
+    void *out[] = {yt, ys, ym, yx};
+    run_ok(p, in, out);
+    for (size_t o = 0; o < nr; o++) wm[o] = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+      int64_t idx[5], oi[5], ri[5];
+      unflat(i, rank, d, idx);
+      for (int q = 0; q < rank; q++) oi[q] = idx[perm[q]];
+      TPU_ASSERT_SEED(yt[flat(rank, od, oi)] == x[i]);
+      int r = 0;
+      for (int q = 0; q < rank; q++) {
+        if (!red[q]) ri[r++] = idx[q];
+        else if (keep) ri[r++] = 0;
+      }
+      size_t o = flat(r, rd, ri);
+      ws[o] += x[i];
+      wm[o] = fmax(wm[o], x[i]);
+      /* softmax over axis sa at i */
+      double mx = -INFINITY, sum = 0;
+      int64_t j[5];
+      memcpy(j, idx, sizeof j);
+      for (j[sa] = 0; j[sa] < d[sa]; j[sa]++) mx = fmax(mx, x[flat(rank, d, j)]);
+      for (j[sa] = 0; j[sa] < d[sa]; j[sa]++) sum += exp(x[flat(rank, d, j)] - mx);
+      wx[i] = exp(x[i] - mx) / sum;
+    }
+    TPU_ASSERT_SEED(close_all(ys, ws, nr));
+    TPU_ASSERT_SEED(close_all(ym, wm, nr));
+    TPU_ASSERT_SEED(close_all(yx, wx, n));
+    tpu_graph_program_free(p);
+    tpu_graph_free(g);
+    free(x), free(yt), free(ys), free(ym), free(yx), free(ws), free(wm), free(wx);
+  }
+}
+
 TPU_TEST_SUITE(graph_tensor,
                {"softmax", test_softmax},
                {"softmax_large_and_dtype", test_softmax_large_and_dtype},
@@ -781,4 +878,5 @@ TPU_TEST_SUITE(graph_tensor,
                {"transpose", test_transpose},
                {"concat", test_concat},
                {"shape", test_shape},
-               {"moves_and_constant", test_moves_and_constant})
+               {"moves_and_constant", test_moves_and_constant},
+               {"random_shapes", test_random_shapes})
