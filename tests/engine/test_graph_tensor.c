@@ -864,6 +864,69 @@ static void test_random_shapes(void) {
   }
 }
 
+/* ---- FP64 and INT32 paths ---- */
+
+static void test_fp64_int32(void) {
+  int64_t d[2] = {3, 6}, dn[1] = {6};
+  double x[18], sc[6], ls[18], ln[18], rm[3];
+  int32_t xi[18], rs[3];
+  int64_t am[3];
+  for (size_t i = 0; i < 18; i++) x[i] = tpu_test_rand_float(-6, 6);
+  for (size_t i = 0; i < 6; i++) sc[i] = tpu_test_rand_float(0.5f, 2);
+  for (size_t i = 0; i < 18; i++) xi[i] = (int32_t)tpu_test_rand_range(-50, 50);
+  xi[2] = xi[4] = 99; /* a tie in row 0 */
+  const int64_t ax1[1] = {1};
+  tpu_graph_t *g = mk();
+  tensor(g, "x", TPU_GRAPH_FP64, 2, d);
+  tensor(g, "xi", TPU_GRAPH_INT32, 2, d);
+  CU_ASSERT_FATAL(tpu_graph_add_initializer(g, "sc", TPU_GRAPH_FP64, 1, dn, sc, sizeof sc) ==
+                  TPU_OK);
+  init_i64(g, "axes", 1, ax1);
+  nd(g, "LogSoftmax", 13, "x", "ls");
+  size_t k = nd(g, "LayerNormalization", 17, "x,sc", "ln");
+  attr_i(g, k, "stash_type", 11);
+  k = nd(g, "ReduceMean", 13, "x", "rm");
+  attr_ints(g, k, "axes", 1, ax1);
+  attr_i(g, k, "keepdims", 0);
+  k = nd(g, "ArgMax", 13, "xi", "am");
+  attr_i(g, k, "axis", 1);
+  attr_i(g, k, "select_last_index", 1);
+  nd(g, "ReduceSum", 13, "xi,axes", "rs");
+  io(g, "x,xi", "ls,ln,rm,am,rs");
+  tpu_graph_program_t *p = compile(g);
+  check_out(p, 0, TPU_GRAPH_FP64, 18);
+  check_out(p, 3, TPU_GRAPH_INT64, 3);
+  check_out(p, 4, TPU_GRAPH_INT32, 3);
+  const void *in[] = {x, xi};
+  void *out[] = {ls, ln, rm, am, rs};
+  run_ok(p, in, out);
+  for (size_t r = 0; r < 3; r++) {
+    const double *row = x + r * 6;
+    double mx = -INFINITY, sum = 0, m = 0, v = 0;
+    for (size_t c = 0; c < 6; c++) mx = fmax(mx, row[c]);
+    for (size_t c = 0; c < 6; c++) sum += exp(row[c] - mx);
+    for (size_t c = 0; c < 6; c++) m += row[c] / 6;
+    for (size_t c = 0; c < 6; c++) v += (row[c] - m) * (row[c] - m) / 6;
+    for (size_t c = 0; c < 6; c++) {
+      TPU_ASSERT_SEED(fabs(ls[r * 6 + c] - (row[c] - mx - log(sum))) < 1e-12);
+      double want = (row[c] - m) / sqrt(v + (double)1e-5f) * sc[c];
+      TPU_ASSERT_SEED(fabs(ln[r * 6 + c] - want) < 1e-12);
+    }
+    TPU_ASSERT_SEED(fabs(rm[r] - m) < 1e-12);
+    int64_t best = 0;
+    int32_t total = 0;
+    for (int64_t c = 0; c < 6; c++) {
+      if (xi[r * 6 + (size_t)c] >= xi[r * 6 + (size_t)best]) best = c;
+      total += xi[r * 6 + (size_t)c];
+    }
+    TPU_ASSERT_SEED(am[r] == best);
+    TPU_ASSERT_SEED(rs[r] == total);
+  }
+  CU_ASSERT(am[0] == 4);
+  tpu_graph_program_free(p);
+  tpu_graph_free(g);
+}
+
 TPU_TEST_SUITE(graph_tensor,
                {"softmax", test_softmax},
                {"softmax_large_and_dtype", test_softmax_large_and_dtype},
@@ -879,4 +942,5 @@ TPU_TEST_SUITE(graph_tensor,
                {"concat", test_concat},
                {"shape", test_shape},
                {"moves_and_constant", test_moves_and_constant},
-               {"random_shapes", test_random_shapes})
+               {"random_shapes", test_random_shapes},
+               {"fp64_int32", test_fp64_int32})
