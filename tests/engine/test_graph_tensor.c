@@ -18,6 +18,9 @@
 #include "tpu_engine.h"
 #include "tpu_graph.h"
 #include "tpu_test.h"
+/* The kernel contract, for calling the Constant and Shape kernels directly: the compiler takes
+ * their values from inference and never runs them as steps. */
+#include "../../engine/graph/exec_internal.h"
 
 /* ---- building and running ---- */
 
@@ -927,6 +930,82 @@ static void test_fp64_int32(void) {
   tpu_graph_free(g);
 }
 
+/* ---- Constant and Shape kernels, called directly ---- */
+
+/* A view of graph tensor `name` as inference left it, with data at buf. */
+static void view(tpu_graph_t *g, const char *name, tpu__xt_t *t, void *buf) {
+  tpu_graph_tensor_info_t info;
+  long i = tpu_graph_find(g, name);
+  CU_ASSERT_FATAL(i >= 0 && tpu_graph_tensor(g, (size_t)i, &info) == TPU_OK && info.inferred);
+  memset(t, 0, sizeof *t);
+  t->name = info.name;
+  t->dtype = info.dtype;
+  t->rank = info.rank;
+  t->elems = 1;
+  for (int k = 0; k < info.rank; k++) t->elems *= (size_t)(t->dims[k] = info.dims[k]);
+  t->bytes = t->elems * tpu_graph_dtype_size(info.dtype);
+  t->data = buf;
+}
+
+/* Prepares and runs node `node` (one input at most, one output) through its kernel. */
+static void run_kernel(tpu_graph_t *g, size_t node, tpu__xt_t *in, tpu__xt_t *out) {
+  tpu_graph_node_info_t ni;
+  CU_ASSERT_FATAL(tpu_graph_node(g, node, &ni) == TPU_OK);
+  const tpu__kernel_t *k = tpu__graph_kernel(ni.op);
+  CU_ASSERT_FATAL(k != NULL);
+  tpu__xt_t *views[2] = {in, out};
+  tpu__step_t s = {.node = node, .op = ni.op, .label = (char *)"test", .nin = in ? 1 : 0,
+                   .nout = 1, .in = views, .out = views + 1};
+  tpu__prep_t pc = {.g = g, .node = node, .label = "test", .opset = ni.opset,
+                    .engine = engine()};
+  tpu_status_t st = k->prepare(&pc, &s);
+  if (st != TPU_OK) fprintf(stderr, "prepare: %s\n", tpu_graph_error(g));
+  CU_ASSERT_FATAL(st == TPU_OK);
+  char err[200] = "";
+  tpu__run_ctx_t rc = {.err = err, .errlen = sizeof err, .step = &s};
+  CU_ASSERT(k->run(&rc, &s) == TPU_OK);
+  free(s.params);
+}
+
+static void test_constant_shape_kernels(void) {
+  int64_t d[3] = {4, 5, 6}, ints[3] = {7, -8, 9}, cd[2] = {2, 2};
+  float tv[4];
+  fill(tv, 4, -1, 1);
+  tpu_graph_t *g = mk();
+  tensor(g, "x", TPU_GRAPH_FP32, 3, d);
+  size_t shp = nd(g, "Shape", 15, "x", "s");
+  attr_i(g, shp, "start", -2);
+  size_t ci = nd(g, "Constant", 13, "", "ci");
+  attr_ints(g, ci, "value_ints", 3, ints);
+  size_t cf = nd(g, "Constant", 13, "", "cf");
+  attr_f(g, cf, "value_float", -1.25f);
+  size_t ct = nd(g, "Constant", 13, "", "ct");
+  tpu_graph_attr_t a = {.name = "value", .type = TPU_GRAPH_ATTR_TENSOR,
+                        .t_dtype = TPU_GRAPH_FP32, .t_rank = 2, .t_dims = cd, .t_data = tv,
+                        .t_bytes = sizeof tv};
+  CU_ASSERT_FATAL(tpu_graph_add_attr(g, ct, &a) == TPU_OK);
+  io(g, "x", "s,ci,cf,ct");
+  CU_ASSERT_FATAL(tpu_graph_infer(g, 1) == TPU_OK);
+  tpu__xt_t x, o;
+  int64_t sv[3] = {0, 0, 0}, iv[3] = {0, 0, 0};
+  float fv = 0, tout[4] = {0};
+  view(g, "x", &x, NULL);
+  view(g, "s", &o, sv);
+  CU_ASSERT_FATAL(o.elems == 2);
+  run_kernel(g, shp, &x, &o);
+  CU_ASSERT(sv[0] == 5 && sv[1] == 6 && sv[2] == 0);
+  view(g, "ci", &o, iv);
+  run_kernel(g, ci, NULL, &o);
+  CU_ASSERT(memcmp(iv, ints, sizeof ints) == 0);
+  view(g, "cf", &o, &fv);
+  run_kernel(g, cf, NULL, &o);
+  CU_ASSERT(fv == -1.25f);
+  view(g, "ct", &o, tout);
+  run_kernel(g, ct, NULL, &o);
+  CU_ASSERT(memcmp(tout, tv, sizeof tv) == 0);
+  tpu_graph_free(g);
+}
+
 TPU_TEST_SUITE(graph_tensor,
                {"softmax", test_softmax},
                {"softmax_large_and_dtype", test_softmax_large_and_dtype},
@@ -943,4 +1022,5 @@ TPU_TEST_SUITE(graph_tensor,
                {"shape", test_shape},
                {"moves_and_constant", test_moves_and_constant},
                {"random_shapes", test_random_shapes},
-               {"fp64_int32", test_fp64_int32})
+               {"fp64_int32", test_fp64_int32},
+               {"constant_shape_kernels", test_constant_shape_kernels})
