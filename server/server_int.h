@@ -48,8 +48,13 @@ typedef struct tpu__model {
   tpu_model_t *model; /* NULL when failed */
   tpu_batcher_t *batcher;
   tpu_model_stats_t stats;
-  int64_t in_shape[2], out_shape[2];
-  tpu_tensor_spec_t in_spec, out_spec;
+  /* The model's inputs and outputs (tpu_model_input/output, in packed-row order) for
+   * validation and metadata; shapes point into the model. */
+  size_t nin, nout;
+  tpu_tensor_spec_t in_spec[TPU_MODEL_MAX_IO], out_spec[TPU_MODEL_MAX_IO];
+  size_t in_row, out_row; /* bytes of one packed row (tpu_model_in/out_row_bytes) */
+  int batched;            /* tpu_model_batched */
+  const char *platform;   /* metadata's platform: "tpud" (dense) or "tpud_onnx" */
   tpu_vmodel_t vmodel;
   char label[200];    /* "model 'digits' version 1" */
   uint64_t memory_bytes; /* what the instance holds: model and batcher (tpu_model_load_opts_t) */

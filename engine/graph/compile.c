@@ -39,6 +39,7 @@ struct tpu_graph_program {
   size_t nsteps;
   long *inputs, *outputs; /* tensor indices */
   size_t ninputs, noutputs;
+  int64_t *range_lo, *range_hi; /* per graph input (index ranges; lo > hi: none) */
   unsigned char *arena;
   size_t arena_bytes;
   unsigned char **consts; /* owned constant blocks */
@@ -74,6 +75,8 @@ void tpu_graph_program_free(tpu_graph_program_t *p) {
   free(p->xt);
   free(p->inputs);
   free(p->outputs);
+  free(p->range_lo);
+  free(p->range_hi);
   free(p);
 }
 
@@ -231,6 +234,67 @@ static void fuse(cctx_t *c, size_t i, int *dead, tpu_act_t *act, const tpu__xt_t
     }
   }
   if (last != s) s->out[0] = last->out[0];
+}
+
+static int is_int(tpu_graph_dtype_t d) {
+  return d == TPU_GRAPH_INT64 || d == TPU_GRAPH_INT32 || d == TPU_GRAPH_INT8 ||
+         d == TPU_GRAPH_UINT8;
+}
+
+/* Which integer graph inputs feed Gather indices, and the range each must keep to (after
+ * pass 2, on the steps as built: one pass, since they are in topological order). */
+static tpu_status_t index_ranges(cctx_t *c) {
+  tpu_graph_program_t *p = c->p;
+  p->range_lo = calloc(p->ninputs + 1, sizeof *p->range_lo);
+  p->range_hi = calloc(p->ninputs + 1, sizeof *p->range_hi);
+  char *from = calloc(p->nxt + 1, 1);
+  if (!p->range_lo || !p->range_hi || !from) {
+    free(from);
+    return tpu__graph_fail(c->g, TPU_ENOMEM, "compile: out of memory");
+  }
+  for (size_t i = 0; i < p->ninputs; i++) {
+    p->range_lo[i] = 1;
+    p->range_hi[i] = 0;
+    const tpu__xt_t *in = &p->xt[p->inputs[i]];
+    if (!is_int(in->dtype)) continue;
+    memset(from, 0, p->nxt);
+    from[p->inputs[i]] = 1;
+    for (size_t k = 0; k < p->nsteps; k++) {
+      const tpu__step_t *s = &p->steps[k];
+      long a = s->nin ? c->g->nodes[s->node].in[0] : -1;
+      if (strcmp(s->op, "Gather") == 0 && s->nin >= 2 && s->in[0] && s->in[1]) {
+        long t = c->g->nodes[s->node].in[1];
+        if (t < 0 || !from[t]) continue;
+        int64_t axis = tpu__attr_i(&(tpu__prep_t){.g = c->g, .node = s->node}, "axis", 0);
+        if (axis < 0) axis += s->in[0]->rank;
+        if (axis < 0 || axis >= s->in[0]->rank) continue;
+        int64_t d = s->in[0]->dims[axis];
+        if (p->range_lo[i] > p->range_hi[i]) {
+          p->range_lo[i] = -d;
+          p->range_hi[i] = d;
+        } else {
+          if (-d > p->range_lo[i]) p->range_lo[i] = -d;
+          if (d < p->range_hi[i]) p->range_hi[i] = d;
+        }
+      } else if (a >= 0 && from[a] && s->nout >= 1 && s->out[0] &&
+                 (strcmp(s->op, "Identity") == 0 || strcmp(s->op, "Reshape") == 0 ||
+                  strcmp(s->op, "Flatten") == 0 || strcmp(s->op, "Squeeze") == 0 ||
+                  strcmp(s->op, "Unsqueeze") == 0 ||
+                  (strcmp(s->op, "Cast") == 0 && is_int(s->out[0]->dtype)))) {
+        from[c->g->nodes[s->node].out[0]] = 1;
+      }
+    }
+  }
+  free(from);
+  return TPU_OK;
+}
+
+int tpu_graph_program_input_range(const tpu_graph_program_t *p, size_t i, int64_t *lo,
+                                  int64_t *hi) {
+  if (!p || i >= p->ninputs || !p->range_lo || p->range_lo[i] > p->range_hi[i]) return 0;
+  if (lo) *lo = p->range_lo[i];
+  if (hi) *hi = p->range_hi[i];
+  return 1;
 }
 
 /* Pass 5: liveness and placement. */
@@ -400,6 +464,7 @@ tpu_status_t tpu_graph_compile(tpu_graph_t *g, tpu_engine_t *engine, int64_t bat
     p->nsteps++;
   }
   for (size_t o = 0; o < p->noutputs; o++) p->xt[p->outputs[o]].pinned = 1;
+  if ((st = index_ranges(&c)) != TPU_OK) goto fail;
 
   /* Passes 3 and 4: fusion, then prepare. */
   for (size_t i = 0; i < p->nsteps; i++) {

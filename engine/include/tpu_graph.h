@@ -235,6 +235,13 @@ tpu_status_t tpu_graph_program_input(const tpu_graph_program_t *p, size_t i, tpu
 tpu_status_t tpu_graph_program_output(const tpu_graph_program_t *p, size_t i,
                                       tpu_graph_io_t *out);
 
+/* Whether graph input i's values are used as Gather indices (directly, or through Identity,
+ * Cast, Reshape, Flatten, Squeeze or Unsqueeze), for integer inputs: returns 1 and the range
+ * [*lo, *hi) every element must fall in (negative ids count from the end, as ONNX says), so a
+ * server can refuse a bad id for the request that sent it before batching; 0 otherwise. */
+int tpu_graph_program_input_range(const tpu_graph_program_t *p, size_t i, int64_t *lo,
+                                  int64_t *hi);
+
 /* Runs the program: inputs[i] holds graph input i (its bytes, as tpu_graph_program_input says),
  * outputs[i] receives graph output i. Buffers must not overlap the outputs. Allocates nothing;
  * one thread at a time per program. A value the model cannot take (a Gather index out of range)

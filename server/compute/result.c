@@ -8,17 +8,25 @@
 
 #include "tpu_text.h"
 
+int tpu_validate_result_rows(const void *base, size_t rows, size_t stride, size_t offset,
+                             size_t cols, const char *what, const char *why, char *msg,
+                             size_t msglen) {
+  if (!base) return 0;
+  const unsigned char *p = base;
+  for (size_t r = 0; r < rows; r++)
+    for (size_t c = 0; c < cols; c++) {
+      uint32_t u;
+      memcpy(&u, p + r * stride + offset + 4 * c, 4);
+      if ((u & 0x7f800000u) != 0x7f800000u) continue; /* exponent not all ones: finite */
+      const char *kind = (u & 0x007fffffu) ? "NaN" : (u >> 31) ? "-infinity" : "infinity";
+      tpu_errf(msg, msglen, "%s element [%zu,%zu] is %s: %s", what, r, c, kind, why);
+      return -1;
+    }
+  return 0;
+}
+
 int tpu_validate_result(const float *y, size_t rows, size_t cols, const char *what,
                         const char *why, char *msg, size_t msglen) {
-  size_t n = rows * cols;
-  if (!y) return 0;
-  for (size_t i = 0; i < n; i++) {
-    uint32_t u;
-    memcpy(&u, &y[i], 4);
-    if ((u & 0x7f800000u) != 0x7f800000u) continue; /* exponent not all ones: finite */
-    const char *kind = (u & 0x007fffffu) ? "NaN" : (u >> 31) ? "-infinity" : "infinity";
-    tpu_errf(msg, msglen, "%s element [%zu,%zu] is %s: %s", what, i / cols, i % cols, kind, why);
-    return -1;
-  }
-  return 0;
+  return tpu_validate_result_rows(y, rows, cols * sizeof(float), 0, cols, what, why, msg,
+                                  msglen);
 }

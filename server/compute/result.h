@@ -20,4 +20,10 @@
 int tpu_validate_result(const float *y, size_t rows, size_t cols, const char *what,
                         const char *why, char *msg, size_t msglen);
 
+/* The same over `rows` rows of `cols` FP32 values each, row r's at base + r·stride + offset
+ * bytes (one output inside packed rows of several). */
+int tpu_validate_result_rows(const void *base, size_t rows, size_t stride, size_t offset,
+                             size_t cols, const char *what, const char *why, char *msg,
+                             size_t msglen);
+
 #endif /* TPU_RESULT_H */

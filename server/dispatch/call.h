@@ -125,8 +125,10 @@ struct tpu__call {
   union {
     struct {
       tpu_batch_req_t breq;
-      float *out;
+      unsigned char *in_packed; /* the inputs as packed rows, when the model has several */
+      unsigned char *out;       /* rows packed output rows (every output) */
       size_t rows;
+      uint64_t want;            /* bit j: output j is to be returned (OIP "outputs") */
     } infer;
     tpu__mm_job_t mm;
     tpu__repo_op_t *op;

@@ -14,6 +14,7 @@
  * are checked finite) is refused INVALID_ARGUMENT on the compute thread, before its audit
  * record, on every protocol alike.
  */
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,27 +99,29 @@ static void serve_model_metadata(tpu__call_t *call) {
     if (strcmp(t->models[i]->name, m->name) == 0 &&
         t->models[i]->state == TPUD__MODEL_STATE__MODEL_STATE_READY)
       versions[nv++] = t->models[i]->version_str;
-  Inference__ModelMetadataResponse__TensorMetadata in =
-      INFERENCE__MODEL_METADATA_RESPONSE__TENSOR_METADATA__INIT;
-  Inference__ModelMetadataResponse__TensorMetadata out =
-      INFERENCE__MODEL_METADATA_RESPONSE__TENSOR_METADATA__INIT;
-  in.name = (char *)m->in_spec.name;
-  in.datatype = (char *)m->in_spec.datatype;
-  in.n_shape = 2;
-  in.shape = m->in_shape;
-  out.name = (char *)m->out_spec.name;
-  out.datatype = (char *)m->out_spec.datatype;
-  out.n_shape = 2;
-  out.shape = m->out_shape;
-  Inference__ModelMetadataResponse__TensorMetadata *ins[] = {&in}, *outs[] = {&out};
+  Inference__ModelMetadataResponse__TensorMetadata tm[2 * TPU_MODEL_MAX_IO];
+  Inference__ModelMetadataResponse__TensorMetadata *ins[TPU_MODEL_MAX_IO],
+      *outs[TPU_MODEL_MAX_IO];
+  for (size_t k = 0; k < m->nin + m->nout; k++) {
+    const tpu_tensor_spec_t *sp = k < m->nin ? &m->in_spec[k] : &m->out_spec[k - m->nin];
+    Inference__ModelMetadataResponse__TensorMetadata init =
+        INFERENCE__MODEL_METADATA_RESPONSE__TENSOR_METADATA__INIT;
+    tm[k] = init;
+    tm[k].name = (char *)sp->name;
+    tm[k].datatype = (char *)sp->datatype;
+    tm[k].n_shape = sp->rank;
+    tm[k].shape = (int64_t *)sp->shape;
+    if (k < m->nin) ins[k] = &tm[k];
+    else outs[k - m->nin] = &tm[k];
+  }
   Inference__ModelMetadataResponse r = INFERENCE__MODEL_METADATA_RESPONSE__INIT;
   r.name = m->name;
   r.n_versions = nv;
   r.versions = versions;
-  r.platform = "tpud";
-  r.n_inputs = 1;
+  r.platform = (char *)m->platform;
+  r.n_inputs = m->nin;
   r.inputs = ins;
-  r.n_outputs = 1;
+  r.n_outputs = m->nout;
   r.outputs = outs;
   tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
   tpu__models_release(t);
@@ -166,16 +169,25 @@ static void serve_repository_index(tpu__call_t *call) {
  * at load, so the model's arithmetic overflowed FP32 on this input: 3e38 through a dense layer)
  * is refused, never answered: JSON cannot carry it, and a NaN score passed on as a number is
  * worse than an error. Here, on the batcher thread, before the audit record, so the log says
- * what the client got. */
+ * what the client got. Every FP32 output is checked, returned or not (the audit digest covers
+ * them all). */
 static void refuse_nonfinite(tpu__call_t *call) {
   const tpu__model_t *m = call->model;
   char what[300];
-  snprintf(what, sizeof what, "%s: output '%s'", m->label, m->out_spec.name);
-  if (tpu_validate_result(call->u.infer.out, call->u.infer.rows, (size_t)m->out_shape[1], what,
-                          "the input overflows FP32 inside the model, so there is no result "
-                          "(expected inputs of the magnitudes the model was made for)",
-                          call->msg_text, sizeof call->msg_text) != 0)
-    call->code = TPU_CODE_INVALID_ARGUMENT;
+  for (size_t j = 0; j < m->nout; j++) {
+    const tpu_model_tensor_t *t = tpu_model_output(m->model, j);
+    if (strcmp(t->datatype, "FP32") != 0) continue;
+    snprintf(what, sizeof what, "%s: output '%s'", m->label, t->name);
+    if (tpu_validate_result_rows(call->u.infer.out, call->u.infer.rows, m->out_row, t->offset,
+                                 t->row_elems, what,
+                                 "the input overflows FP32 inside the model, so there is no "
+                                 "result (expected inputs of the magnitudes the model was made "
+                                 "for)",
+                                 call->msg_text, sizeof call->msg_text) != 0) {
+      call->code = TPU_CODE_INVALID_ARGUMENT;
+      return;
+    }
+  }
 }
 
 /* The batcher's continuation (batcher thread). */
@@ -196,25 +208,91 @@ static void respond_infer(tpu__call_t *call) {
   if (call->tracked)
     tpu_hist_observe(&m->stats.request_us, tpu_hist_us_bounds, TPU_HIST_US_NBOUNDS,
                      tpu_now_us() - call->received_us);
-  int64_t shape[2] = {(int64_t)rows, m->out_shape[1]};
-  Inference__ModelInferResponse__InferOutputTensor t =
-      INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__INIT;
-  t.name = (char *)m->out_spec.name;
-  t.datatype = "FP32";
-  t.n_shape = 2;
-  t.shape = shape;
-  Inference__ModelInferResponse__InferOutputTensor *outs[] = {&t};
-  ProtobufCBinaryData raw = {.len = rows * (size_t)m->out_shape[1] * sizeof(float),
-                             .data = (uint8_t *)call->u.infer.out};
+  Inference__ModelInferResponse__InferOutputTensor ts[TPU_MODEL_MAX_IO];
+  Inference__ModelInferResponse__InferOutputTensor *outs[TPU_MODEL_MAX_IO];
+  ProtobufCBinaryData raws[TPU_MODEL_MAX_IO];
+  int64_t shapes[TPU_MODEL_MAX_IO][TPU_MODEL_MAX_RANK];
+  unsigned char *split[TPU_MODEL_MAX_IO] = {0};
+  size_t n = 0;
+  int oom = 0;
+  for (size_t j = 0; j < m->nout; j++) {
+    if (!(call->u.infer.want >> j & 1)) continue;
+    const tpu_model_tensor_t *t = tpu_model_output(m->model, j);
+    Inference__ModelInferResponse__InferOutputTensor init =
+        INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__INIT;
+    ts[n] = init;
+    ts[n].name = (char *)t->name;
+    ts[n].datatype = (char *)t->datatype;
+    for (size_t d = 0; d < t->rank; d++) shapes[n][d] = t->shape[d];
+    if (m->batched) shapes[n][0] = (int64_t)rows;
+    ts[n].n_shape = t->rank;
+    ts[n].shape = shapes[n];
+    raws[n].len = rows * t->row_bytes;
+    if (m->nout == 1 || rows == 0) {
+      raws[n].data = call->u.infer.out;
+    } else { /* one output of packed rows: gathered into its own tensor */
+      if (!(split[n] = malloc(raws[n].len))) {
+        oom = 1;
+        break;
+      }
+      for (size_t r = 0; r < rows; r++)
+        memcpy(split[n] + r * t->row_bytes, call->u.infer.out + r * m->out_row + t->offset,
+               t->row_bytes);
+      raws[n].data = split[n];
+    }
+    outs[n] = &ts[n];
+    n++;
+  }
+  if (oom) {
+    for (size_t i = 0; i < n + 1 && i < TPU_MODEL_MAX_IO; i++) free(split[i]);
+    tpu__reply(call, TPU_CODE_RESOURCE_EXHAUSTED, "out of memory formatting the answer", NULL);
+    return;
+  }
   Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
   r.model_name = m->name;
   r.model_version = m->version_str;
   r.id = q->id ? q->id : "";
-  r.n_outputs = 1;
+  r.n_outputs = n;
   r.outputs = outs;
-  r.n_raw_output_contents = 1;
-  r.raw_output_contents = &raw;
+  r.n_raw_output_contents = n;
+  r.raw_output_contents = raws;
   tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
+  for (size_t i = 0; i < n; i++) free(split[i]);
+}
+
+/* Ids sent for an input the model uses as Gather indices must lie in the table (the model's
+ * range, [lo, hi)): refused here for the request that sent them, before anything is batched
+ * with other requests, never read out of bounds. */
+static int check_ids(const tpu__model_t *m, const tpu_vresult_t *res, char *msg, size_t msglen) {
+  for (size_t i = 0; i < m->nin; i++) {
+    const tpu_model_tensor_t *t = tpu_model_input(m->model, i);
+    if (!t->has_range) continue;
+    size_t esz = t->row_elems ? t->row_bytes / t->row_elems : 0;
+    size_t count = esz ? res->bytes[i] / esz : 0;
+    const unsigned char *p = res->data[i];
+    for (size_t e = 0; e < count; e++) {
+      int64_t v = 0;
+      if (esz == 8) {
+        memcpy(&v, p + 8 * e, 8);
+      } else if (esz == 4) {
+        int32_t x;
+        memcpy(&x, p + 4 * e, 4);
+        v = x;
+      } else if (esz == 1) {
+        v = strcmp(t->datatype, "UINT8") == 0 ? (int64_t)p[e] : (int64_t)(int8_t)p[e];
+      } else {
+        continue;
+      }
+      if (v < t->range_lo || v >= t->range_hi) {
+        snprintf(msg, msglen, "input '%s': element %zu is %lld, out of range: the model looks "
+                 "it up in a table of %lld entries (expected ids from %lld to %lld)", t->name,
+                 e, (long long)v, (long long)t->range_hi, (long long)t->range_lo,
+                 (long long)t->range_hi - 1);
+        return TPU_CODE_INVALID_ARGUMENT;
+      }
+    }
+  }
+  return TPU_CODE_OK;
 }
 
 /* Finds the model, validates the request against it (validate.c), checks sizes and the budget,
@@ -236,11 +314,13 @@ static void serve_infer(tpu__call_t *call) {
     goto refuse;
   }
   if (q->n_inputs > TPU_VALIDATE_MAX_TENSORS || q->n_outputs > TPU_VALIDATE_MAX_TENSORS) {
-    snprintf(msg, sizeof msg, "%s: request names %zu inputs and %zu outputs; the model has 1 "
-             "and 1", m->label, q->n_inputs, q->n_outputs);
+    snprintf(msg, sizeof msg, "%s: request names %zu inputs and %zu outputs; the model has %zu "
+             "and %zu", m->label, q->n_inputs, q->n_outputs, m->nin, m->nout);
     code = TPU_CODE_INVALID_ARGUMENT;
     goto refuse;
   }
+  if ((code = tpu_validate_convert_inputs(q, &m->vmodel, msg, sizeof msg)) != TPU_CODE_OK)
+    goto refuse;
   tpu_vinput_t vin[TPU_VALIDATE_MAX_TENSORS];
   const char *vout[TPU_VALIDATE_MAX_TENSORS];
   tpu_vrequest_t vr;
@@ -248,22 +328,32 @@ static void serve_infer(tpu__call_t *call) {
   tpu_vresult_t res;
   code = tpu_validate_infer(&m->vmodel, &vr, &res, msg, sizeof msg);
   if (code != TPU_CODE_OK) goto refuse;
-  size_t out_floats = res.rows * (size_t)m->out_shape[1];
-  if (res.rows && (out_floats / (size_t)m->out_shape[1] != res.rows ||
-                   out_floats > srv->cfg.max_message_bytes / sizeof(float))) {
+  if ((code = check_ids(m, &res, msg, sizeof msg)) != TPU_CODE_OK) goto refuse;
+  call->u.infer.want = 0;
+  size_t out_elems = 0; /* elements of the returned outputs, per row */
+  for (size_t j = 0; j < m->nout; j++)
+    if (res.want_output[j]) {
+      call->u.infer.want |= UINT64_C(1) << j;
+      out_elems += tpu_model_output(m->model, j)->row_elems;
+    }
+  size_t out_bytes = res.rows * m->out_row;
+  if (res.rows && (out_bytes / m->out_row != res.rows ||
+                   out_bytes > srv->cfg.max_message_bytes)) {
     snprintf(msg, sizeof msg, "%s: %zu rows would give a response above max-message-bytes "
              "(%llu)", m->label, res.rows, (unsigned long long)srv->cfg.max_message_bytes);
     code = TPU_CODE_RESOURCE_EXHAUSTED;
     goto refuse;
   }
   /* The answer's share of --max-buffered-bytes, reserved before anything is allocated: the
-   * output tensor (JSON: at most 16 bytes a number) and the names echoed. */
+   * output tensors (JSON: at most 24 bytes a number) and the names echoed. */
   if (res.rows) {
-    size_t budget = out_floats * (call->origin->wire == TPU__WIRE_JSON ? 16 : sizeof(float)) +
-                    512 + (q->id ? strlen(q->id) : 0);
+    size_t budget = (call->origin->wire == TPU__WIRE_JSON ? res.rows * out_elems * 24
+                                                          : out_bytes) +
+                    512 + 64 * m->nout + (q->id ? strlen(q->id) : 0);
+    if (m->nin > 1) budget += res.rows * m->in_row; /* the packed copy of the inputs */
     if (tpu__budget_reserve(srv, budget, &code, msg, sizeof msg) != 0) goto refuse;
     call->budget = budget; /* given back by tpu__call_free, whatever becomes of the call */
-    if (!(call->u.infer.out = malloc(out_floats * sizeof(float)))) {
+    if (!(call->u.infer.out = malloc(out_bytes))) {
       snprintf(msg, sizeof msg, "out of memory");
       code = TPU_CODE_RESOURCE_EXHAUSTED;
       goto refuse;
@@ -277,7 +367,24 @@ static void serve_infer(tpu__call_t *call) {
   }
   tpu_batch_req_t *b = &call->u.infer.breq;
   b->rows = res.rows;
-  b->in = res.data[0];
+  if (m->nin == 1) {
+    b->in = res.data[0];
+  } else { /* several inputs: one packed row per batch row (model.h) */
+    unsigned char *pk = malloc(res.rows * m->in_row);
+    if (!pk) {
+      snprintf(msg, sizeof msg, "out of memory");
+      code = TPU_CODE_RESOURCE_EXHAUSTED;
+      goto refuse;
+    }
+    for (size_t i = 0; i < m->nin; i++) {
+      const tpu_model_tensor_t *t = tpu_model_input(m->model, i);
+      const unsigned char *src = res.data[i];
+      for (size_t r = 0; r < res.rows; r++)
+        memcpy(pk + r * m->in_row + t->offset, src + r * t->row_bytes, t->row_bytes);
+    }
+    call->u.infer.in_packed = pk;
+    b->in = pk;
+  }
   b->out = call->u.infer.out;
   b->deadline_us = call->deadline_us;
   b->cancel = &call->cancel;
@@ -298,6 +405,36 @@ refuse:
   tpu__reply(call, code, msg, NULL);
 }
 
+/* SHA-256 over packed rows, tensor by tensor: tensor i's rows in order, then the next, so the
+ * digest is that of every tensor's bytes concatenated in model order (for a one-tensor model,
+ * of its bytes). */
+static void digest_rows(const unsigned char *base, size_t rows, size_t stride,
+                        const tpu__model_t *m, int outputs, char hex[65]) {
+  size_t n = outputs ? m->nout : m->nin;
+  if (n == 1) {
+    tpu_audit_sha256_hex(base, rows * stride, hex);
+    return;
+  }
+  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int mdlen = 0;
+  int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+  for (size_t i = 0; ok && i < n; i++) {
+    const tpu_model_tensor_t *t = outputs ? tpu_model_output(m->model, i)
+                                          : tpu_model_input(m->model, i);
+    for (size_t r = 0; ok && r < rows; r++)
+      ok = EVP_DigestUpdate(ctx, base + r * stride + t->offset, t->row_bytes);
+  }
+  ok = ok && EVP_DigestFinal_ex(ctx, md, &mdlen) && mdlen == 32;
+  EVP_MD_CTX_free(ctx);
+  static const char digits[] = "0123456789abcdef";
+  for (int i = 0; i < 32; i++) {
+    hex[2 * i] = ok ? digits[md[i] >> 4] : '0';
+    hex[2 * i + 1] = ok ? digits[md[i] & 15] : '0';
+  }
+  hex[64] = '\0';
+}
+
 static void digest_infer(tpu__call_t *call, tpu_audit_record_t *rec, tpu__digest_t *d) {
   tpu__model_t *m = call->model;
   Inference__ModelInferRequest *q = (Inference__ModelInferRequest *)call->request;
@@ -305,10 +442,8 @@ static void digest_infer(tpu__call_t *call, tpu_audit_record_t *rec, tpu__digest
   rec->request_id = q->id;
   rec->model = m->name;
   rec->version = m->version_str;
-  tpu_audit_sha256_hex(b->in, b->rows * (size_t)m->in_shape[1] * sizeof(float), d->in_hex);
-  if (call->code == TPU_CODE_OK)
-    tpu_audit_sha256_hex(call->u.infer.out, b->rows * (size_t)m->out_shape[1] * sizeof(float),
-                         d->out_hex);
+  digest_rows(b->in, b->rows, m->in_row, m, 0, d->in_hex);
+  if (call->code == TPU_CODE_OK) digest_rows(call->u.infer.out, b->rows, m->out_row, m, 1, d->out_hex);
   rec->queue_us = b->queue_us;
   rec->compute_us = b->compute_us;
   rec->batch_id = b->batch_id;
@@ -316,10 +451,13 @@ static void digest_infer(tpu__call_t *call, tpu_audit_record_t *rec, tpu__digest
 }
 
 static size_t answer_size_infer(const tpu__call_t *call) {
-  return call->u.infer.rows * (size_t)call->model->out_shape[1] * sizeof(float) + 256;
+  return call->u.infer.rows * call->model->out_row + 256 + 64 * call->model->nout;
 }
 
-static void release_infer(tpu__call_t *call) { free(call->u.infer.out); }
+static void release_infer(tpu__call_t *call) {
+  free(call->u.infer.out);
+  free(call->u.infer.in_packed);
+}
 
 /* ---- MatMul ---- */
 

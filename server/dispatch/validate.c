@@ -15,7 +15,9 @@
  */
 #include "validate.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "grpc_service.pb-c.h"
@@ -418,4 +420,117 @@ void tpu_validate_describe_request(const Inference__ModelInferRequest *q, tpu_vi
   *req = (tpu_vrequest_t){.inputs = vin, .ninputs = q->n_inputs,
                          .n_raw = q->n_raw_input_contents, .outputs = vout,
                          .noutputs = q->n_outputs};
+}
+
+/* ---- datatype conversion ---- */
+
+typedef enum { C_NONE, C_SINT, C_UINT, C_FP32, C_FP64 } ckind_t;
+
+static ckind_t ckind(const char *dt, size_t *size) {
+  static const struct {
+    const char *name;
+    ckind_t kind;
+    size_t size;
+  } k[] = {{"INT8", C_SINT, 1},   {"INT16", C_SINT, 2},  {"INT32", C_SINT, 4},
+           {"INT64", C_SINT, 8},  {"UINT8", C_UINT, 1},  {"UINT16", C_UINT, 2},
+           {"UINT32", C_UINT, 4}, {"UINT64", C_UINT, 8}, {"FP32", C_FP32, 4},
+           {"FP64", C_FP64, 8}};
+  for (size_t i = 0; dt && i < sizeof k / sizeof k[0]; i++)
+    if (strcmp(k[i].name, dt) == 0) {
+      *size = k[i].size;
+      return k[i].kind;
+    }
+  return C_NONE;
+}
+
+/* Element i as a signed or unsigned integer (integer kinds) or a double. */
+static void load_elem(ckind_t k, size_t sz, const uint8_t *p, int64_t *iv, uint64_t *uv,
+                      double *dv) {
+  uint64_t u = 0;
+  memcpy(&u, p, sz); /* little-endian host (see tpu_oip_json) */
+  if (k == C_SINT) {
+    unsigned sh = (unsigned)(64 - 8 * sz);
+    *iv = sz == 8 ? (int64_t)u : (int64_t)(u << sh) >> sh;
+    *dv = (double)*iv;
+  } else if (k == C_UINT) {
+    *uv = u;
+    *dv = (double)u;
+  } else if (k == C_FP32) {
+    float f;
+    memcpy(&f, p, 4);
+    *dv = f;
+  } else {
+    memcpy(dv, p, 8);
+  }
+}
+
+int tpu_validate_convert_inputs(Inference__ModelInferRequest *q, const tpu_vmodel_t *m,
+                                char *msg, size_t msglen) {
+  for (size_t i = 0; i < q->n_inputs && i < q->n_raw_input_contents; i++) {
+    Inference__ModelInferRequest__InferInputTensor *t = q->inputs[i];
+    if (!t->datatype || !t->name) continue;
+    const tpu_tensor_spec_t *spec = NULL;
+    for (size_t k = 0; k < m->ninputs && !spec; k++)
+      if (strcmp(m->inputs[k].name, t->name) == 0) spec = &m->inputs[k];
+    if (!spec || strcmp(spec->datatype, t->datatype) == 0) continue;
+    size_t ss = 0, ds = 0;
+    ckind_t sk = ckind(t->datatype, &ss), dk = ckind(spec->datatype, &ds);
+    /* Value-preserving directions only: numbers to floats, integers to wider integers. */
+    int ok = sk != C_NONE && (dk == C_FP32 || dk == C_FP64 ||
+                              ((dk == C_SINT) && (sk == C_SINT || sk == C_UINT)));
+    if (!ok) continue; /* validation says "datatype X, expected Y" */
+    ProtobufCBinaryData *raw = &q->raw_input_contents[i];
+    size_t n = raw->len / ss, count = 0, bytes = 0;
+    char ignored[8];
+    if (n * ss != raw->len ||
+        tpu_validate_shape("", t->shape, t->n_shape, ss, &count, &bytes, ignored,
+                           sizeof ignored) != 0 ||
+        count != n)
+      continue; /* not the shape's data: validation says what is wrong, in the sent type */
+    uint8_t *out = malloc(n ? n * ds : 1);
+    char *dt = strdup(spec->datatype);
+    if (!out || !dt) {
+      free(out);
+      free(dt);
+      snprintf(msg, msglen, "out of memory");
+      return TPU_CODE_RESOURCE_EXHAUSTED;
+    }
+    for (size_t e = 0; e < n; e++) {
+      int64_t iv = 0;
+      uint64_t uv = 0;
+      double dv = 0;
+      load_elem(sk, ss, raw->data + e * ss, &iv, &uv, &dv);
+      int bad = 0;
+      if (dk == C_FP32) {
+        float f = (float)dv;
+        bad = isinf(f) && !isinf(dv);
+        memcpy(out + 4 * e, &f, 4);
+      } else if (dk == C_FP64) {
+        memcpy(out + 8 * e, &dv, 8);
+      } else { /* signed integer of ds bytes */
+        int64_t lo = ds == 8 ? INT64_MIN : -(INT64_C(1) << (8 * ds - 1));
+        int64_t hi = ds == 8 ? INT64_MAX : (INT64_C(1) << (8 * ds - 1)) - 1;
+        if (sk == C_UINT) {
+          bad = uv > (uint64_t)hi;
+          iv = (int64_t)uv;
+        } else {
+          bad = iv < lo || iv > hi;
+        }
+        memcpy(out + ds * e, &iv, ds); /* little-endian: the low bytes */
+      }
+      if (bad) {
+        snprintf(msg, msglen, "input '%s': element %zu (%g) is out of range for %s, the "
+                 "model's datatype", t->name, e, dv, spec->datatype);
+        free(out);
+        free(dt);
+        return TPU_CODE_INVALID_ARGUMENT;
+      }
+    }
+    free(raw->data);
+    raw->data = out;
+    raw->len = n * ds;
+    free(t->datatype);
+    t->datatype = dt;
+  }
+  return TPU_CODE_OK;
 }

@@ -84,6 +84,16 @@ void tpu_validate_describe_request(const struct Inference__ModelInferRequest *q,
 int tpu_validate_infer(const tpu_vmodel_t *model, const tpu_vrequest_t *req, tpu_vresult_t *res,
                        char *msg, size_t msglen);
 
+/* Converts raw input tensors whose datatype differs from the model input of the same name, in
+ * the directions that keep every value: any number type to FP32 or FP64 (an FP64 beyond FP32's
+ * range is refused, not made infinite), integers to a model's signed integer type when each
+ * value fits (else refused naming the element). Others are left for tpu_validate_infer to
+ * refuse ("datatype X, expected Y"). The converted bytes replace the message's raw contents and
+ * datatype (malloc'd, as protobuf-c's unpack allocates them). Returns TPU_CODE_OK,
+ * INVALID_ARGUMENT or RESOURCE_EXHAUSTED (out of memory) with msg. */
+int tpu_validate_convert_inputs(struct Inference__ModelInferRequest *q, const tpu_vmodel_t *m,
+                                char *msg, size_t msglen);
+
 /* Element size in bytes of a protocol datatype name ("FP32" 4, "BF16" 2, "INT8" 1, ...); 0 for
  * names the protocol does not define or whose elements have no fixed size (BYTES). */
 size_t tpu_validate_dtype_size(const char *datatype);

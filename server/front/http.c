@@ -33,8 +33,8 @@
  * Requests: route.c maps the path to an endpoint. A method's request (health, metadata, ready,
  * the repository index, infer) goes to tpu__dispatch (dispatch/call.h), every protocol's one
  * path, with a decoder that makes the OIP message from the path or the JSON body (infer: through
- * proto/tpu_oip_json, the dialect tpuctl sends too, numeric datatypes converted to the model's
- * FP32). Answers come back through the connection's origin (origin_respond), which formats the
+ * proto/tpu_oip_json, the dialect tpuctl sends too; dispatch converts numeric datatypes to the
+ * model's). Answers come back through the connection's origin (origin_respond), which formats the
  * answer message as OIP REST JSON and maps its status with proto/tpu_status.h. /metrics and
  * /v2/debug are this port's own pages (metrics.c, pages.c), authorized by dispatch too. Compute
  * never runs here.
@@ -489,74 +489,9 @@ static const tpu__origin_ops_t origin_ops = {
 
 /* ---- requests: OIP REST JSON onto the OIP messages ---- */
 
-/* Little-endian element `i` of a raw tensor of `dt` as a double; `dt` one of the convertible. */
-typedef struct {
-  const char *name;
-  size_t size;
-} conv_t;
-static const conv_t convertible[] = {{"FP64", 8},  {"INT8", 1},  {"INT16", 2}, {"INT32", 4},
-                                     {"INT64", 8}, {"UINT8", 1}, {"UINT16", 2}, {"UINT32", 4},
-                                     {"UINT64", 8}};
-
-static double elem(const char *dt, const uint8_t *p) {
-  if (strcmp(dt, "FP64") == 0) { double v; memcpy(&v, p, 8); return v; }
-  if (strcmp(dt, "INT8") == 0) return (double)(int8_t)p[0];
-  if (strcmp(dt, "UINT8") == 0) return (double)p[0];
-  if (strcmp(dt, "INT16") == 0) { int16_t v; memcpy(&v, p, 2); return v; }
-  if (strcmp(dt, "UINT16") == 0) { uint16_t v; memcpy(&v, p, 2); return v; }
-  if (strcmp(dt, "INT32") == 0) { int32_t v; memcpy(&v, p, 4); return v; }
-  if (strcmp(dt, "UINT32") == 0) { uint32_t v; memcpy(&v, p, 4); return v; }
-  if (strcmp(dt, "INT64") == 0) { int64_t v; memcpy(&v, p, 8); return (double)v; }
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return (double)v;
-}
-
-/* The model takes FP32. JSON numbers sent as FP64 or an integer type are converted to FP32 here
- * (the JSON text already held them as decimal numbers, so nothing a client meant is lost beyond
- * FP32 rounding); other datatypes (BOOL, BYTES, FP16, BF16) are left for validation to refuse
- * with "expected FP32". An FP64 value beyond FP32's range is refused, not made infinite.
- * Returns 0, -1 when out of memory, or -2 with msg saying which value is out of range. */
-static int convert_inputs(Inference__ModelInferRequest *q, char *msg, size_t msglen) {
-  for (size_t i = 0; i < q->n_inputs && i < q->n_raw_input_contents; i++) {
-    Inference__ModelInferRequest__InferInputTensor *t = q->inputs[i];
-    if (!t->datatype) continue;
-    const conv_t *c = NULL;
-    for (size_t k = 0; k < sizeof convertible / sizeof convertible[0]; k++)
-      if (strcmp(t->datatype, convertible[k].name) == 0) c = &convertible[k];
-    if (!c) continue;
-    ProtobufCBinaryData *raw = &q->raw_input_contents[i];
-    size_t n = raw->len / c->size;
-    if (n * c->size != raw->len) continue; /* validation will say what is wrong */
-    float *f = malloc(n ? n * sizeof(float) : 1);
-    char *dt = strdup("FP32");
-    if (!f || !dt) {
-      free(f);
-      free(dt);
-      return -1;
-    }
-    for (size_t e = 0; e < n; e++) {
-      double v = elem(c->name, raw->data + e * c->size);
-      f[e] = (float)v;
-      if (isinf(f[e])) { /* the JSON parser let no NaN or infinity through: v was finite */
-        snprintf(msg, msglen, "inputs[%zu].data[%zu]: %g is out of range for FP32, the model's "
-                 "datatype (largest magnitude 3.4028235e+38)", i, e, v);
-        free(f);
-        free(dt);
-        return -2;
-      }
-    }
-    free(raw->data);
-    raw->data = (uint8_t *)f;
-    raw->len = n * sizeof(float);
-    free(t->datatype);
-    t->datatype = dt;
-  }
-  return 0;
-}
-
 /* POST .../infer: the body through proto/tpu_oip_json (the JSON dialect tpuctl sends over the
- * native protocol too), numeric datatypes converted to the model's FP32. */
+ * native protocol too). Numeric datatypes are converted to the model's by dispatch, as for
+ * every protocol (tpu_validate_convert_inputs). */
 static int decode_infer(const tpu__request_t *r, ProtobufCMessage **out, char *msg,
                         size_t msglen) {
   const hslot_t *s = r->slot;
@@ -571,12 +506,6 @@ static int decode_infer(const tpu__request_t *r, ProtobufCMessage **out, char *m
     return jst == TPU_OIP_JSON_TOO_LARGE ? TPU_CODE_RESOURCE_EXHAUSTED
            : jst == TPU_OIP_JSON_NOMEM   ? TPU_CODE_INTERNAL
                                          : TPU_CODE_INVALID_ARGUMENT;
-  }
-  int crc = convert_inputs(q, msg, msglen);
-  if (crc != 0) {
-    protobuf_c_message_free_unpacked(&q->base, NULL);
-    if (crc == -1) snprintf(msg, msglen, "out of memory");
-    return crc == -2 ? TPU_CODE_INVALID_ARGUMENT : TPU_CODE_RESOURCE_EXHAUSTED;
   }
   *out = &q->base;
   return TPU_CODE_OK;

@@ -77,8 +77,32 @@ json_t *tpu__page_debug_models(tpu_server_t *srv) {
     json_object_set_new(o, "precision",
                         json_string(tpu_model_precision_name(tpu_model_precision(m->model))));
     json_object_set_new(o, "memory_bytes", json_integer((json_int_t)m->memory_bytes));
-    json_object_set_new(o, "input", tensor_meta(&m->in_spec));
-    json_object_set_new(o, "output", tensor_meta(&m->out_spec));
+    json_object_set_new(o, "format", json_string(tpu_model_format_name(m->model)));
+    json_object_set_new(o, "input", tensor_meta(&m->in_spec[0]));
+    json_object_set_new(o, "output", tensor_meta(&m->out_spec[0]));
+    json_t *ins = json_array(), *outs = json_array(), *costs = json_array();
+    for (size_t k = 0; k < m->nin; k++) json_array_append_new(ins, tensor_meta(&m->in_spec[k]));
+    for (size_t k = 0; k < m->nout; k++)
+      json_array_append_new(outs, tensor_meta(&m->out_spec[k]));
+    json_object_set_new(o, "inputs", ins);
+    json_object_set_new(o, "outputs", outs);
+    for (size_t k = 0; k < nb && k < m->nbuckets; k++) {
+      json_t *c = json_pack("{s:I,s:I,s:I,s:I}", "bucket", (json_int_t)buckets[k], "macs",
+                            (json_int_t)m->bucket_macs[k], "sim_cycles",
+                            (json_int_t)m->bucket_cycles[k], "sim_slots",
+                            (json_int_t)m->bucket_slots[k]);
+      size_t need = tpu_model_describe(m->model, k, NULL, 0);
+      char *desc = need ? malloc(need + 1) : NULL;
+      if (desc) {
+        tpu_model_describe(m->model, k, desc, need + 1);
+        json_object_set_new(c, "program", json_string(desc));
+        free(desc);
+      }
+      json_array_append_new(costs, c);
+    }
+    json_object_set_new(o, "bucket_costs", costs);
+    const char *ref = tpu_model_reference_result(m->model);
+    if (ref[0]) json_object_set_new(o, "reference", json_string(ref));
     json_object_set_new(o, "batching",
                         json_pack("{s:I,s:o,s:I}", "max_batch_size",
                                   (json_int_t)tpu_model_max_batch_size(m->model), "buckets", bj,

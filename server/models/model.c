@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "clock.h"
+#include "model_int.h"
 #include "file.h"
 #include "safetensors.h"
 #include "tpu_text.h"
@@ -30,27 +31,6 @@
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this loader reads it in place on little-endian hosts"
 #endif
-
-typedef struct {
-  tpu_weights_t *w;
-  size_t in, out;   /* K and N */
-  tpu_plan_t **plans; /* one per bucket */
-  const tpu_st_tensor_t *wt, *bt, *st; /* weight, bias, I8 scales in the checkpoint (load) */
-} layer_t;
-
-struct tpu_model {
-  tpu_engine_t *engine;
-  char *name, *dir;
-  uint64_t version;
-  tpu_model_config_t *cfg;
-  layer_t *layers;
-  size_t nlayers;
-  float *act[2];        /* ping-pong activations: max_bucket × max_hidden floats each */
-  float *pad_in;        /* staging for tpu_model_infer: max_bucket × input_width */
-  float *pad_out;       /* max_bucket × output_width */
-  uint64_t load_us, warmup_us;
-  uint64_t memory_bytes; /* held while serving (see tpu_model_load_opts_t) */
-};
 
 /* "where: message" into err, and returns status: `return fail(...)`. */
 #define fail(err, errlen, status, where, fmt, ...) \
@@ -395,6 +375,9 @@ void tpu_model_free(tpu_model_t *m) {
   free(m->layers);
   free(m->act[0]);
   free(m->act[1]);
+  tpu__model_free_graph(m);
+  for (size_t i = 0; i < m->nin; i++) free(m->ins[i].name);
+  for (size_t i = 0; i < m->nout; i++) free(m->outs[i].name);
   free(m->pad_in);
   free(m->pad_out);
   tpu_model_config_free(m->cfg);
@@ -405,42 +388,19 @@ void tpu_model_free(tpu_model_t *m) {
 
 static tpu_status_t run_layers(tpu_model_t *m, size_t bucket_index, const float *in, float *out,
                                const tpu_model_load_opts_t *o);
+static tpu_status_t reference_check(tpu_model_t *m, tpu_model_load_opts_t *o, int *sys,
+                                    char *err, size_t errlen);
 
-tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *name,
-                            uint64_t version, tpu_model_load_opts_t *o, tpu_model_t **out,
-                            char *err, size_t errlen) {
-  uint64_t t0 = tpu_now_us();
-  char path[PATH_MAX], ck[PATH_MAX];
+/* The dense chain (format "dense"): the verified safetensors checkpoint `ck`, every layer's
+ * shapes, the memory check, packing and plans; then the one input and output. */
+static tpu_status_t load_dense(tpu_model_t *m, const char *ck, tpu_model_load_opts_t *o,
+                               int *sysp, char *err, size_t errlen) {
+  const tpu_model_config_t *cfg = m->cfg;
+  const char *dir = m->dir;
   char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], b7[32], b8[32], b9[32], b10[32];
   tpu_safetensors_t *st = NULL;
   tpu_status_t rc;
-  int sys = 0; /* errno of a failed read, for opts->transient */
-  if (err && errlen) err[0] = '\0';
-  if (o) {
-    o->transient = 0;
-    o->memory_bytes = o->peak_bytes = 0;
-  }
-  if (!engine || !dir || !name || !out)
-    return fail(err, errlen, TPU_EINVAL, "tpu_model_load", "engine, dir, name and out are required");
-  *out = NULL;
-  if ((size_t)snprintf(path, sizeof path, "%s/model.json", dir) >= sizeof path)
-    return fail(err, errlen, TPU_EINVAL, dir, "path too long");
-
-  tpu_model_t *m = calloc(1, sizeof *m);
-  if (!m) return fail(err, errlen, TPU_ENOMEM, dir, "out of memory");
-  m->engine = engine;
-  m->version = version;
-  if (!(m->name = strdup(name)) || !(m->dir = strdup(dir))) {
-    rc = fail(err, errlen, TPU_ENOMEM, dir, "out of memory");
-    goto fail;
-  }
-  if ((rc = tpu_model_config_load(path, &m->cfg, &sys, err, errlen)) != TPU_OK) goto fail;
-  const tpu_model_config_t *cfg = m->cfg;
-
-  if ((size_t)snprintf(ck, sizeof ck, "%s/%s", dir, cfg->checkpoint_file) >= sizeof ck) {
-    rc = fail(err, errlen, TPU_EINVAL, dir, "path too long");
-    goto fail;
-  }
+  int sys = 0;
   uint64_t limit = o ? o->memory_limit : 0;
   struct stat sb;
   if (limit && stat(ck, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > limit) {
@@ -505,23 +465,106 @@ tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *n
   st = NULL;
 
   size_t maxb = cfg->max_batch_size; /* ≤ 4096 and widths ≤ 2^20: products fit size_t */
-  m->pad_in = alloc_floats(maxb * cfg->input_width);
-  m->pad_out = alloc_floats(maxb * cfg->output_width);
   if (cfg->nlayers > 1) {
     m->act[0] = alloc_floats(maxb * hidden);
     m->act[1] = cfg->nlayers > 2 ? alloc_floats(maxb * hidden) : NULL;
   }
-  if (!m->pad_in || !m->pad_out || (cfg->nlayers > 1 && !m->act[0]) ||
-      (cfg->nlayers > 2 && !m->act[1])) {
+  if ((cfg->nlayers > 1 && !m->act[0]) || (cfg->nlayers > 2 && !m->act[1])) {
     rc = fail(err, errlen, TPU_ENOMEM, dir, "out of memory for %zu-row scratch", maxb);
+    goto fail;
+  }
+  m->memory_bytes = z.held;
+  m->nin = m->nout = 1;
+  for (int k = 0; k < 2; k++) {
+    tpu__mtensor_t *t = k ? &m->outs[0] : &m->ins[0];
+    const tpu_model_io_config_t *c = k ? &cfg->outputs[0] : &cfg->inputs[0];
+    if (!(t->name = strdup(c->name))) {
+      rc = fail(err, errlen, TPU_ENOMEM, dir, "out of memory");
+      goto fail;
+    }
+    snprintf(t->datatype, sizeof t->datatype, "FP32");
+    memcpy(t->shape, c->shape, sizeof t->shape);
+    t->t = (tpu_model_tensor_t){.name = t->name, .datatype = t->datatype, .rank = 2,
+                                .shape = t->shape, .row_elems = (size_t)c->shape[1],
+                                .row_bytes = (size_t)c->shape[1] * sizeof(float)};
+  }
+  m->in_row = m->ins[0].t.row_bytes;
+  m->out_row = m->outs[0].t.row_bytes;
+  m->batched = 1;
+  *sysp = sys;
+  return TPU_OK;
+
+fail:
+  *sysp = sys;
+  tpu_safetensors_close(st);
+  return rc;
+}
+
+tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *name,
+                            uint64_t version, tpu_model_load_opts_t *o, tpu_model_t **out,
+                            char *err, size_t errlen) {
+  uint64_t t0 = tpu_now_us();
+  char path[PATH_MAX], ck[PATH_MAX];
+  tpu_status_t rc;
+  int sys = 0; /* errno of a failed read, for opts->transient */
+  if (err && errlen) err[0] = '\0';
+  if (o) {
+    o->transient = 0;
+    o->memory_bytes = o->peak_bytes = 0;
+  }
+  if (!engine || !dir || !name || !out)
+    return fail(err, errlen, TPU_EINVAL, "tpu_model_load", "engine, dir, name and out are required");
+  *out = NULL;
+  if ((size_t)snprintf(path, sizeof path, "%s/model.json", dir) >= sizeof path)
+    return fail(err, errlen, TPU_EINVAL, dir, "path too long");
+
+  tpu_model_t *m = calloc(1, sizeof *m);
+  if (!m) return fail(err, errlen, TPU_ENOMEM, dir, "out of memory");
+  m->engine = engine;
+  m->version = version;
+  if (!(m->name = strdup(name)) || !(m->dir = strdup(dir))) {
+    rc = fail(err, errlen, TPU_ENOMEM, dir, "out of memory");
+    goto fail;
+  }
+  if ((rc = tpu_model_config_load(path, &m->cfg, &sys, err, errlen)) != TPU_OK) goto fail;
+  const tpu_model_config_t *cfg = m->cfg;
+
+  if ((size_t)snprintf(ck, sizeof ck, "%s/%s", dir, cfg->checkpoint_file) >= sizeof ck) {
+    rc = fail(err, errlen, TPU_EINVAL, dir, "path too long");
+    goto fail;
+  }
+  if (cfg->format == TPU_MODEL_FORMAT_ONNX) {
+    if ((rc = tpu__model_load_graph(m, ck, o, &sys, err, errlen)) != TPU_OK) goto fail;
+    m->memory_bytes = o ? o->memory_bytes : 0;
+  } else if ((rc = load_dense(m, ck, o, &sys, err, errlen)) != TPU_OK) {
+    goto fail;
+  }
+  size_t maxb = cfg->max_batch_size;
+  m->pad_in = alloc_floats((maxb * m->in_row + 3) / 4);
+  m->pad_out = alloc_floats((maxb * m->out_row + 3) / 4);
+  if (!m->pad_in || !m->pad_out) {
+    rc = fail(err, errlen, TPU_ENOMEM, dir, "out of memory for %zu-row staging", maxb);
     goto fail;
   }
 
   /* Warm-up: every bucket once, so the first request pays no first-touch or lazy-init cost. */
   uint64_t tw = tpu_now_us();
-  memset(m->pad_in, 0, maxb * cfg->input_width * sizeof(float));
+  memset(m->pad_in, 0, maxb * m->in_row);
   for (size_t b = 0; b < cfg->nbuckets; b++) {
-    if ((rc = run_layers(m, b, m->pad_in, m->pad_out, o)) == TPU_ECANCELED) {
+    if (cancelled(o)) {
+      rc = TPU_ECANCELED;
+    } else if (cfg->format == TPU_MODEL_FORMAT_ONNX) {
+      char rerr[256] = "";
+      rc = tpu__model_run_graph(m, b, m->pad_in, m->pad_out, rerr, sizeof rerr);
+      if (rc != TPU_OK && rc != TPU_ECANCELED) {
+        rc = fail(err, errlen, rc, dir, "warm-up run of bucket %zu (zero inputs) failed: %s",
+                  cfg->buckets[b], rerr);
+        goto fail;
+      }
+    } else {
+      rc = run_layers(m, b, (const float *)m->pad_in, (float *)m->pad_out, o);
+    }
+    if (rc == TPU_ECANCELED) {
       rc = fail(err, errlen, rc, dir, "load cancelled during warm-up");
       goto fail;
     }
@@ -532,14 +575,14 @@ tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *n
     }
   }
   m->warmup_us = tpu_now_us() - tw;
+  if (cfg->reference.present && (rc = reference_check(m, o, &sys, err, errlen)) != TPU_OK)
+    goto fail;
   m->load_us = tpu_now_us() - t0;
-  m->memory_bytes = z.held;
   *out = m;
   return TPU_OK;
 
 fail:
   if (o) o->transient = rc == TPU_ENOMEM || (sys && tpu_file_transient(sys));
-  tpu_safetensors_close(st);
   tpu_model_free(m);
   return rc;
 }
@@ -566,42 +609,307 @@ static tpu_status_t run_layers(tpu_model_t *m, size_t bucket_index, const float 
   return TPU_OK;
 }
 
-tpu_status_t tpu_model_run(tpu_model_t *m, size_t bucket_index, const float *in, float *out) {
+tpu_status_t tpu_model_run(tpu_model_t *m, size_t bucket_index, const void *in, void *out,
+                           char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
   if (!m || !in || !out || bucket_index >= m->cfg->nbuckets) return TPU_EINVAL;
+  if (m->cfg->format == TPU_MODEL_FORMAT_ONNX)
+    return tpu__model_run_graph(m, bucket_index, in, out, err, errlen);
   return run_layers(m, bucket_index, in, out, NULL);
 }
 
-tpu_status_t tpu_model_infer(tpu_model_t *m, size_t rows, const float *in, float *out) {
+tpu_status_t tpu_model_infer(tpu_model_t *m, size_t rows, const void *in, void *out) {
   if (!m || !in || !out || rows == 0) return TPU_EINVAL;
-  size_t k = m->cfg->input_width, n = m->cfg->output_width;
+  const unsigned char *x = in;
+  unsigned char *y = out;
+  size_t k = m->in_row, n = m->out_row;
   while (rows > 0) {
     size_t chunk = rows < m->cfg->max_batch_size ? rows : m->cfg->max_batch_size;
     int b = tpu_model_bucket_index(m, chunk);
     size_t bucket = m->cfg->buckets[b];
     tpu_status_t rc;
     if (bucket == chunk) {
-      rc = tpu_model_run(m, (size_t)b, in, out);
+      rc = tpu_model_run(m, (size_t)b, x, y, NULL, 0);
     } else {
-      memcpy(m->pad_in, in, chunk * k * sizeof(float));
-      memset(m->pad_in + chunk * k, 0, (bucket - chunk) * k * sizeof(float));
-      rc = tpu_model_run(m, (size_t)b, m->pad_in, m->pad_out);
-      if (rc == TPU_OK) memcpy(out, m->pad_out, chunk * n * sizeof(float));
+      memcpy(m->pad_in, x, chunk * k);
+      memset(m->pad_in + chunk * k, 0, (bucket - chunk) * k);
+      rc = tpu_model_run(m, (size_t)b, m->pad_in, m->pad_out, NULL, 0);
+      if (rc == TPU_OK) memcpy(y, m->pad_out, chunk * n);
     }
     if (rc != TPU_OK) return rc;
-    in += chunk * k;
-    out += chunk * n;
+    x += chunk * k;
+    y += chunk * n;
     rows -= chunk;
   }
   return TPU_OK;
 }
 
+/* ---- the reference check ---- */
+
+/* The safetensors dtype of an OIP datatype (the ones models take). */
+static int st_dtype_of(const char *dt, tpu_st_dtype_t *out) {
+  static const struct {
+    const char *oip;
+    tpu_st_dtype_t st;
+  } map[] = {{"FP32", TPU_ST_F32}, {"FP16", TPU_ST_F16}, {"BF16", TPU_ST_BF16},
+             {"FP64", TPU_ST_F64}, {"INT64", TPU_ST_I64}, {"INT32", TPU_ST_I32},
+             {"INT8", TPU_ST_I8},  {"UINT8", TPU_ST_U8},  {"BOOL", TPU_ST_BOOL}};
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (strcmp(map[i].oip, dt) == 0) {
+      *out = map[i].st;
+      return 1;
+    }
+  return 0;
+}
+
+/* Element e of a row of tensor t (as double), for comparisons. */
+static double elem_f64(const tpu_model_tensor_t *t, const unsigned char *p, size_t e) {
+  const char *dt = t->datatype;
+  if (strcmp(dt, "FP32") == 0) {
+    float v;
+    memcpy(&v, p + 4 * e, 4);
+    return v;
+  }
+  if (strcmp(dt, "FP64") == 0) {
+    double v;
+    memcpy(&v, p + 8 * e, 8);
+    return v;
+  }
+  if (strcmp(dt, "FP16") == 0) {
+    uint16_t h;
+    memcpy(&h, p + 2 * e, 2);
+    return f16_to_f32(h);
+  }
+  if (strcmp(dt, "BF16") == 0) {
+    uint16_t h;
+    memcpy(&h, p + 2 * e, 2);
+    return tpu_bf16_to_fp32(h);
+  }
+  if (strcmp(dt, "INT64") == 0) {
+    int64_t v;
+    memcpy(&v, p + 8 * e, 8);
+    return (double)v;
+  }
+  if (strcmp(dt, "INT32") == 0) {
+    int32_t v;
+    memcpy(&v, p + 4 * e, 4);
+    return v;
+  }
+  if (strcmp(dt, "INT8") == 0) return (int8_t)p[e];
+  return p[e]; /* UINT8, BOOL */
+}
+
+static int is_float_dt(const char *dt) {
+  return strcmp(dt, "FP32") == 0 || strcmp(dt, "FP64") == 0 || strcmp(dt, "FP16") == 0 ||
+         strcmp(dt, "BF16") == 0;
+}
+
+static size_t argmax_row(const tpu_model_tensor_t *t, const unsigned char *p, size_t cols,
+                         size_t row) {
+  size_t best = 0;
+  for (size_t j = 1; j < cols; j++)
+    if (elem_f64(t, p, row * cols + j) > elem_f64(t, p, row * cols + best)) best = j;
+  return best;
+}
+
+/* Runs the reference file's inputs through every bucket and compares every output with the
+ * framework's (see model.h's tpu_model_reference_result and PRODUCT.md "reference"). */
+static tpu_status_t reference_check(tpu_model_t *m, tpu_model_load_opts_t *o, int *sys,
+                                    char *err, size_t errlen) {
+  const tpu_model_reference_config_t *rc_ = &m->cfg->reference;
+  char path[PATH_MAX];
+  tpu_safetensors_t *st = NULL;
+  tpu_status_t rc;
+  if ((size_t)snprintf(path, sizeof path, "%s/%s", m->dir, rc_->file) >= sizeof path)
+    return fail(err, errlen, TPU_EINVAL, m->dir, "path too long");
+  tpu_st_read_opts_t ro = {.max_bytes = o ? o->memory_limit : 0,
+                           .cancel = o ? o->cancel : NULL, .sys_errno = sys};
+  if ((rc = tpu_safetensors_load(path, rc_->sha256, &ro, &st, err, errlen)) != TPU_OK) return rc;
+  const tpu_st_tensor_t *tin[TPU_MODEL_MAX_IO], *tout[TPU_MODEL_MAX_IO];
+  uint64_t rows = 0;
+  const char *rows_from = NULL;
+  long label_j = -1;
+  for (int k = 0; k < 2; k++) {
+    size_t n = k ? m->nout : m->nin;
+    for (size_t i = 0; i < n; i++) {
+      const tpu_model_tensor_t *t = k ? &m->outs[i].t : &m->ins[i].t;
+      char key[TPU_MODEL_MAX_NAME * 2 + 16];
+      snprintf(key, sizeof key, "%s.%s", k ? "output" : "input", t->name);
+      const tpu_st_tensor_t *x = tpu_safetensors_find(st, key);
+      tpu_st_dtype_t want;
+      if (!x) {
+        rc = fail(err, errlen, TPU_EINVAL, path, "no tensor '%s' (the reference holds "
+                  "input.NAME and output.NAME for every input and output of the model)", key);
+        goto done;
+      }
+      if (!st_dtype_of(t->datatype, &want) || x->dtype != want) {
+        rc = fail(err, errlen, TPU_EINVAL, path, "tensor '%s' is %s; the model's %s is %s",
+                  key, tpu_st_dtype_name(x->dtype), t->name, t->datatype);
+        goto done;
+      }
+      /* Batched: [R, shape[1:]...]; not batched: exactly the shape (R = 1). */
+      size_t lead = m->batched ? 1 : 0;
+      int ok = x->ndim == t->rank;
+      for (size_t d = lead; ok && d < t->rank; d++) ok = x->shape[d] == (uint64_t)t->shape[d];
+      uint64_t r = m->batched ? (x->ndim ? x->shape[0] : 0) : 1;
+      if (!ok || r == 0) {
+        char s1[160];
+        rc = fail(err, errlen, TPU_EINVAL, path, "tensor '%s' has shape %s; expected %s rows of "
+                  "the model's %s shape", key, fmt_shape(s1, sizeof s1, x),
+                  m->batched ? "one or more" : "exactly", t->name);
+        goto done;
+      }
+      if (rows_from && r != rows) {
+        rc = fail(err, errlen, TPU_EINVAL, path, "tensor '%s' has %llu rows but '%s' has %llu",
+                  key, (unsigned long long)r, rows_from, (unsigned long long)rows);
+        goto done;
+      }
+      rows = r;
+      rows_from = x->name;
+      if (k) tout[i] = x;
+      else tin[i] = x;
+      if (k && rc_->label_output && strcmp(rc_->label_output, t->name) == 0) label_j = (long)i;
+    }
+  }
+  if (rc_->label_output && label_j < 0) {
+    rc = fail(err, errlen, TPU_EINVAL, m->dir, "model.json: reference.labels.output: the model "
+              "has no output '%s'", rc_->label_output);
+    goto done;
+  }
+  /* Every bucket, the rows in chunks of the bucket's size (the last padded with zeros). */
+  double worst = -1, worst_err = 0, worst_got = 0, worst_want = 0, min_agree = 1;
+  size_t worst_o = 0, worst_row = 0, worst_e = 0, worst_bucket = 0, agree_bucket = 0;
+  int bad = 0;
+  for (size_t b = 0; b < m->cfg->nbuckets; b++) {
+    size_t bs = m->cfg->buckets[b];
+    uint64_t agree = 0;
+    for (uint64_t r0 = 0; r0 < rows; r0 += bs) {
+      if (cancelled(o)) {
+        rc = fail(err, errlen, TPU_ECANCELED, m->dir, "load cancelled during the reference check");
+        goto done;
+      }
+      size_t n = rows - r0 < bs ? (size_t)(rows - r0) : bs;
+      memset(m->pad_in, 0, bs * m->in_row);
+      for (size_t i = 0; i < m->nin; i++) {
+        const tpu_model_tensor_t *t = &m->ins[i].t;
+        const unsigned char *src = (const unsigned char *)tin[i]->data + r0 * t->row_bytes;
+        for (size_t r = 0; r < n; r++)
+          memcpy(m->pad_in + r * m->in_row + t->offset, src + r * t->row_bytes, t->row_bytes);
+      }
+      char rerr[512];
+      rc = tpu_model_run(m, b, m->pad_in, m->pad_out, rerr, sizeof rerr);
+      if (rc != TPU_OK) {
+        rc = fail(err, errlen, rc, path, "bucket %zu, rows %llu..%llu: %s", bs,
+                  (unsigned long long)r0, (unsigned long long)(r0 + n - 1),
+                  rerr[0] ? rerr : tpu_strerror(rc));
+        goto done;
+      }
+      for (size_t j = 0; j < m->nout; j++) {
+        const tpu_model_tensor_t *t = &m->outs[j].t;
+        int fl = is_float_dt(t->datatype);
+        for (size_t r = 0; r < n; r++) {
+          const unsigned char *got = m->pad_out + r * m->out_row + t->offset;
+          const unsigned char *want =
+              (const unsigned char *)tout[j]->data + (r0 + r) * t->row_bytes;
+          for (size_t e = 0; e < t->row_elems; e++) {
+            double g = elem_f64(t, got, e), w = elem_f64(t, want, e);
+            double tol = fl ? rc_->atol + rc_->rtol * fabs(w) : 0;
+            double d = fabs(g - w);
+            if (isnan(w) && isnan(g)) d = 0;
+            else if (isnan(g) || isnan(w)) d = INFINITY;
+            double ratio = tol > 0 ? d / tol : (d > 0 ? INFINITY : 0);
+            if (ratio > worst) {
+              worst = ratio;
+              worst_err = d;
+              worst_got = g;
+              worst_want = w;
+              worst_o = j;
+              worst_row = (size_t)(r0 + r);
+              worst_e = e;
+              worst_bucket = bs;
+            }
+            if (d > tol) bad = 1;
+          }
+          if ((long)j == label_j && t->row_elems >= 1) {
+            size_t cols = t->rank >= 1 ? (size_t)t->shape[t->rank - 1] : 1;
+            size_t per = cols ? t->row_elems / cols : 0;
+            int all = 1;
+            for (size_t q = 0; q < per; q++)
+              all &= argmax_row(t, got, cols, q) == argmax_row(t, want, cols, q);
+            agree += (uint64_t)all;
+          }
+        }
+      }
+    }
+    if (label_j >= 0) {
+      double a = (double)agree / (double)rows;
+      if (a < min_agree) {
+        min_agree = a;
+        agree_bucket = bs;
+      }
+    }
+  }
+  const char *wname = m->outs[worst_o].t.name;
+  if (bad) {
+    rc = fail(err, errlen, TPU_EINVAL, path,
+              "reference check failed: output '%s' row %zu element %zu is %.9g, the framework "
+              "gave %.9g (error %.3g > atol %g + rtol %g x |expected|) in bucket %zu; this "
+              "version does not serve",
+              wname, worst_row, worst_e, worst_got, worst_want, worst_err, rc_->atol, rc_->rtol,
+              worst_bucket);
+    goto done;
+  }
+  if (label_j >= 0 && min_agree < rc_->min_agreement) {
+    rc = fail(err, errlen, TPU_EINVAL, path,
+              "reference check failed: output '%s' labels agree with the framework's on %.2f%% "
+              "of %llu rows in bucket %zu, below min_agreement %.2f%%; this version does not "
+              "serve",
+              rc_->label_output, 100 * min_agree, (unsigned long long)rows, agree_bucket,
+              100 * rc_->min_agreement);
+    goto done;
+  }
+  int w = snprintf(m->reference, sizeof m->reference,
+                   "passed: %llu rows in %zu buckets, worst error %.3g (output '%s' row %zu "
+                   "element %zu; atol %g, rtol %g)",
+                   (unsigned long long)rows, m->cfg->nbuckets, worst_err, wname, worst_row,
+                   worst_e, rc_->atol, rc_->rtol);
+  if (label_j >= 0 && w > 0 && (size_t)w < sizeof m->reference)
+    snprintf(m->reference + w, sizeof m->reference - (size_t)w,
+             ", labels of '%s' agree on %.2f%% (min %.2f%%)", rc_->label_output, 100 * min_agree,
+             100 * rc_->min_agreement);
+  rc = TPU_OK;
+done:
+  tpu_safetensors_close(st);
+  return rc;
+}
+
 const char *tpu_model_name(const tpu_model_t *m) { return m ? m->name : NULL; }
 uint64_t tpu_model_version(const tpu_model_t *m) { return m ? m->version : 0; }
 const char *tpu_model_dir(const tpu_model_t *m) { return m ? m->dir : NULL; }
-const char *tpu_model_input_name(const tpu_model_t *m) { return m ? m->cfg->input_name : NULL; }
-size_t tpu_model_input_width(const tpu_model_t *m) { return m ? m->cfg->input_width : 0; }
-const char *tpu_model_output_name(const tpu_model_t *m) { return m ? m->cfg->output_name : NULL; }
-size_t tpu_model_output_width(const tpu_model_t *m) { return m ? m->cfg->output_width : 0; }
+const char *tpu_model_input_name(const tpu_model_t *m) { return m ? m->ins[0].t.name : NULL; }
+size_t tpu_model_input_width(const tpu_model_t *m) { return m ? m->ins[0].t.row_elems : 0; }
+const char *tpu_model_output_name(const tpu_model_t *m) { return m ? m->outs[0].t.name : NULL; }
+size_t tpu_model_output_width(const tpu_model_t *m) { return m ? m->outs[0].t.row_elems : 0; }
+size_t tpu_model_input_count(const tpu_model_t *m) { return m ? m->nin : 0; }
+size_t tpu_model_output_count(const tpu_model_t *m) { return m ? m->nout : 0; }
+const tpu_model_tensor_t *tpu_model_input(const tpu_model_t *m, size_t i) {
+  return m && i < m->nin ? &m->ins[i].t : NULL;
+}
+const tpu_model_tensor_t *tpu_model_output(const tpu_model_t *m, size_t i) {
+  return m && i < m->nout ? &m->outs[i].t : NULL;
+}
+size_t tpu_model_in_row_bytes(const tpu_model_t *m) { return m ? m->in_row : 0; }
+size_t tpu_model_out_row_bytes(const tpu_model_t *m) { return m ? m->out_row : 0; }
+int tpu_model_batched(const tpu_model_t *m) { return m ? m->batched : 0; }
+const char *tpu_model_format_name(const tpu_model_t *m) {
+  return m && m->cfg->format == TPU_MODEL_FORMAT_ONNX ? "onnx" : "dense";
+}
+const char *tpu_model_reference_result(const tpu_model_t *m) { return m ? m->reference : ""; }
+size_t tpu_model_describe(const tpu_model_t *m, size_t b, char *buf, size_t len) {
+  if (buf && len) buf[0] = '\0';
+  if (!m || b >= m->cfg->nbuckets || !m->progs[b]) return 0;
+  return tpu_graph_program_describe(m->progs[b], buf, len);
+}
 
 const size_t *tpu_model_buckets(const tpu_model_t *m, size_t *n) {
   if (n) *n = m ? m->cfg->nbuckets : 0;
@@ -615,7 +923,12 @@ uint32_t tpu_model_max_queue_delay_us(const tpu_model_t *m) {
 tpu_dtype_t tpu_model_precision(const tpu_model_t *m) {
   return m ? m->cfg->precision : TPU_DTYPE_FP32;
 }
-size_t tpu_model_layer_count(const tpu_model_t *m) { return m ? m->nlayers : 0; }
+size_t tpu_model_layer_count(const tpu_model_t *m) {
+  if (!m) return 0;
+  if (m->cfg->format == TPU_MODEL_FORMAT_ONNX)
+    return tpu_graph_program_step_count(m->progs[m->cfg->nbuckets - 1]);
+  return m->nlayers;
+}
 const char *tpu_model_sha256(const tpu_model_t *m) { return m ? m->cfg->sha256 : NULL; }
 const tpu_model_config_t *tpu_model_config(const tpu_model_t *m) { return m ? m->cfg : NULL; }
 uint64_t tpu_model_load_us(const tpu_model_t *m) { return m ? m->load_us : 0; }
@@ -625,6 +938,7 @@ tpu_status_t tpu_model_bucket_cost(const tpu_model_t *m, size_t bucket_index, ui
                                    uint64_t *cycles, uint64_t *slots) {
   if (!m || bucket_index >= m->cfg->nbuckets) return TPU_EINVAL;
   uint64_t a = 0, c = 0, s = 0;
+  if (m->cfg->format == TPU_MODEL_FORMAT_ONNX) tpu_graph_program_cost(m->progs[bucket_index], &a, &c, &s);
   for (size_t i = 0; i < m->nlayers; i++) {
     uint64_t la, lc, ls;
     tpu_plan_cost(m->layers[i].plans[bucket_index], &la, &lc, &ls);

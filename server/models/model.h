@@ -105,15 +105,51 @@ void tpu_model_free(tpu_model_t *model);
  * max_batch_size. */
 int tpu_model_bucket_index(const tpu_model_t *model, size_t rows);
 
-/* Runs the layer chain on one padded batch: `in` holds buckets[bucket_index] rows of
- * input_width floats, `out` receives as many rows of output_width floats. in and out must not
- * overlap. Allocates nothing. One thread at a time per model. TPU_EINVAL on a bad argument. */
-tpu_status_t tpu_model_run(tpu_model_t *model, size_t bucket_index, const float *in, float *out);
+/* Runs the model on one padded batch: `in` holds buckets[bucket_index] packed input rows
+ * (tpu_model_in_row_bytes each: every input's bytes for that row, in input order, at the
+ * offsets tpu_model_input gives), `out` receives as many packed output rows. For a dense model a
+ * row is input_width floats in and output_width floats out. in and out must not overlap.
+ * Allocates nothing. One thread at a time per model. TPU_EINVAL on a bad argument; for a graph
+ * model, TPU_ERANGE for a value the model cannot take (an embedding id out of range) with the
+ * message in err (errlen bytes; err may be NULL). */
+tpu_status_t tpu_model_run(tpu_model_t *model, size_t bucket_index, const void *in, void *out,
+                           char *err, size_t errlen);
 
-/* Runs `rows` rows (any number ≥ 1) through the model, padding internally (see DESIGN): `in` is
- * rows × input_width floats, `out` rows × output_width. Allocates nothing. One thread at a time
- * per model. */
-tpu_status_t tpu_model_infer(tpu_model_t *model, size_t rows, const float *in, float *out);
+/* Runs `rows` packed rows (any number ≥ 1) through the model, padding internally (see DESIGN).
+ * Allocates nothing. One thread at a time per model. */
+tpu_status_t tpu_model_infer(tpu_model_t *model, size_t rows, const void *in, void *out);
+
+/* One input or output of a model. */
+typedef struct {
+  const char *name;
+  const char *datatype;  /* OIP: "FP32", "INT64", ... */
+  size_t rank;
+  const int64_t *shape;  /* shape[0] is -1 (the batch) when the model is batched */
+  size_t row_elems;      /* elements per batch row (the whole tensor when not batched) */
+  size_t row_bytes;
+  size_t offset;         /* byte offset of this tensor within a packed row */
+  int has_range;         /* inputs: the values are table indices (Gather ids) ... */
+  int64_t range_lo, range_hi; /* ... each in [range_lo, range_hi) */
+} tpu_model_tensor_t;
+
+size_t tpu_model_input_count(const tpu_model_t *model);
+size_t tpu_model_output_count(const tpu_model_t *model);
+/* Input / output i, or NULL out of range. Valid while the model lives. */
+const tpu_model_tensor_t *tpu_model_input(const tpu_model_t *model, size_t i);
+const tpu_model_tensor_t *tpu_model_output(const tpu_model_t *model, size_t i);
+size_t tpu_model_in_row_bytes(const tpu_model_t *model);  /* sum of the inputs' row_bytes */
+size_t tpu_model_out_row_bytes(const tpu_model_t *model);
+/* 1 when requests are batched along dimension 0; 0 for a model served at its fixed shape (one
+ * bucket of 1 row: the whole tensor). */
+int tpu_model_batched(const tpu_model_t *model);
+/* "dense" or "onnx". */
+const char *tpu_model_format_name(const tpu_model_t *model);
+/* The reference check's result ("" when the version has no reference), e.g. "passed: 1000 rows
+ * in 4 buckets, worst error 2.1e-07 ...". */
+const char *tpu_model_reference_result(const tpu_model_t *model);
+/* What the compiled program of bucket b does, one line per step (graph models; "" for dense),
+ * into buf; returns the length needed. */
+size_t tpu_model_describe(const tpu_model_t *model, size_t bucket_index, char *buf, size_t len);
 
 /* ---- metadata: fixed at load, readable from any thread ---- */
 
@@ -121,16 +157,18 @@ const char *tpu_model_name(const tpu_model_t *model);
 uint64_t tpu_model_version(const tpu_model_t *model);
 /* The directory the model was loaded from. */
 const char *tpu_model_dir(const tpu_model_t *model);
+/* Input 0's and output 0's names and elements per row (a dense model's only ones). */
 const char *tpu_model_input_name(const tpu_model_t *model);
-size_t tpu_model_input_width(const tpu_model_t *model);   /* floats per input row */
+size_t tpu_model_input_width(const tpu_model_t *model);
 const char *tpu_model_output_name(const tpu_model_t *model);
-size_t tpu_model_output_width(const tpu_model_t *model);  /* floats per output row */
+size_t tpu_model_output_width(const tpu_model_t *model);
 /* The batch buckets, strictly increasing; *n receives their count. */
 const size_t *tpu_model_buckets(const tpu_model_t *model, size_t *n);
 size_t tpu_model_max_batch_size(const tpu_model_t *model); /* == the last bucket */
 uint32_t tpu_model_max_queue_delay_us(const tpu_model_t *model); /* microseconds */
 tpu_dtype_t tpu_model_precision(const tpu_model_t *model); /* FP32, BF16 or INT8 */
-size_t tpu_model_layer_count(const tpu_model_t *model);
+size_t tpu_model_layer_count(const tpu_model_t *model); /* dense layers; graph: steps of the
+                                                         * largest bucket's program */
 /* The checkpoint's verified SHA-256: 64 lower-case hex digits. */
 const char *tpu_model_sha256(const tpu_model_t *model);
 /* The parsed model.json. */

@@ -151,6 +151,180 @@ static tpu_status_t parse_io(ctx_t *c, const char *field, json_t *arr, char **na
   return TPU_OK;
 }
 
+
+static const char *const io_dtypes[] = {"FP32", "FP16", "BF16", "FP64", "INT64",
+                                        "INT32", "INT8",  "UINT8", "BOOL", NULL};
+
+/* format "onnx": inputs or outputs, a list of {"name", "datatype", "shape"} (see the header). */
+static tpu_status_t parse_io_list(ctx_t *c, const char *field, json_t *arr,
+                                  tpu_model_io_config_t **out, size_t *n) {
+  static const char *const keys[] = {"name", "datatype", "shape", NULL};
+  char path[96], g[96];
+  tpu_status_t rc;
+  *out = NULL;
+  *n = 0;
+  if (!arr) return TPU_OK;
+  if (!json_is_array(arr) || json_array_size(arr) == 0 ||
+      json_array_size(arr) > TPU_MODEL_MAX_IO)
+    return fail(c, TPU_EINVAL, "%s: expected an array of 1 to %d tensors, got %s", field,
+                TPU_MODEL_MAX_IO,
+                json_is_array(arr) ? (json_array_size(arr) ? "too many" : "an empty array")
+                                   : got(g, sizeof g, arr));
+  size_t cnt = json_array_size(arr);
+  if (!(*out = calloc(cnt, sizeof **out))) return fail(c, TPU_ENOMEM, "out of memory");
+  *n = cnt;
+  for (size_t i = 0; i < cnt; i++) {
+    tpu_model_io_config_t *t = &(*out)[i];
+    json_t *o = json_array_get(arr, i);
+    snprintf(path, sizeof path, "%s[%zu]", field, i);
+    if (!json_is_object(o))
+      return fail(c, TPU_EINVAL, "%s: expected an object with name, datatype and shape, got %s",
+                  path, got(g, sizeof g, o));
+    if ((rc = only_keys(c, path, o, keys)) != TPU_OK) return rc;
+    snprintf(path, sizeof path, "%s[%zu].name", field, i);
+    if ((rc = get_name(c, path, json_object_get(o, "name"), 1, &t->name)) != TPU_OK) return rc;
+    for (size_t j = 0; j < i; j++)
+      if (strcmp((*out)[j].name, t->name) == 0)
+        return fail(c, TPU_EINVAL, "%s: name '%s' is also %s[%zu]'s", path, t->name, field, j);
+    snprintf(path, sizeof path, "%s[%zu].datatype", field, i);
+    json_t *dt = json_object_get(o, "datatype");
+    const char *ds = json_is_string(dt) ? json_string_value(dt) : "";
+    int ok = 0;
+    for (const char *const *d = io_dtypes; *d && !ok; d++) ok = strcmp(*d, ds) == 0;
+    if (!ok)
+      return fail(c, TPU_EINVAL, "%s: expected one of FP32, FP16, BF16, FP64, INT64, INT32, "
+                  "INT8, UINT8, BOOL, got %s", path, got(g, sizeof g, dt));
+    snprintf(t->datatype, sizeof t->datatype, "%s", ds);
+    snprintf(path, sizeof path, "%s[%zu].shape", field, i);
+    json_t *sh = json_object_get(o, "shape");
+    if (!json_is_array(sh) || json_array_size(sh) > TPU_MODEL_MAX_RANK)
+      return fail(c, TPU_EINVAL, "%s: expected an array of at most %d dimensions, got %s", path,
+                  TPU_MODEL_MAX_RANK, sh ? (json_is_array(sh) ? "too many" : got(g, sizeof g, sh))
+                                         : "nothing");
+    t->rank = json_array_size(sh);
+    for (size_t d = 0; d < t->rank; d++) {
+      json_t *v = json_array_get(sh, d);
+      long long x = json_is_integer(v) ? json_integer_value(v) : 0;
+      if (!json_is_integer(v) || (x < 1 && !(d == 0 && x == -1)) || x > TPU_MODEL_MAX_WIDTH)
+        return fail(c, TPU_EINVAL, "%s[%zu]: expected %s, got %s", path, d,
+                    d == 0 ? "-1 (the batch dimension) or a positive integer"
+                           : "a positive integer (only dimension 0 may be -1, the batch)",
+                    got(g, sizeof g, v));
+      t->shape[d] = x;
+    }
+  }
+  return TPU_OK;
+}
+
+/* A number in [lo, hi]. */
+static tpu_status_t get_real(ctx_t *c, const char *path, json_t *v, double lo, double hi,
+                             double *out) {
+  char g[96];
+  if (!json_is_number(v) || json_number_value(v) < lo || json_number_value(v) > hi)
+    return fail(c, TPU_EINVAL, "%s: expected a number from %g to %g, got %s", path, lo, hi,
+                got(g, sizeof g, v));
+  *out = json_number_value(v);
+  return TPU_OK;
+}
+
+/* A plain file name in the version directory. */
+static tpu_status_t get_file(ctx_t *c, const char *path, json_t *v, char **out) {
+  char g[96];
+  tpu_status_t rc = get_name(c, path, v, 1, out);
+  if (rc != TPU_OK) return rc;
+  const char *s = *out;
+  if (strchr(s, '/') || strchr(s, '\\') || strstr(s, "..") || strcmp(s, ".") == 0)
+    return fail(c, TPU_EINVAL,
+                "%s: expected a plain file name in the version directory (no '/', '\\' or "
+                "'..'), got %s",
+                path, got(g, sizeof g, v));
+  return TPU_OK;
+}
+
+/* 64 hex digits into out (lower case). */
+static tpu_status_t get_sha(ctx_t *c, const char *path, json_t *h, char out[65]) {
+  char g[96];
+  if (!h) return fail(c, TPU_EINVAL, "%s: required field is missing", path);
+  const char *s = json_is_string(h) ? json_string_value(h) : NULL;
+  int ok = s && json_string_length(h) == 64;
+  for (int i = 0; ok && i < 64; i++) {
+    char ch = s[i];
+    if (ch >= 'A' && ch <= 'F') ch = (char)(ch + 32);
+    ok = (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f');
+    out[i] = ch;
+  }
+  if (!ok)
+    return fail(c, TPU_EINVAL, "%s: expected 64 hex digits (the file's SHA-256), got %s", path,
+                got(g, sizeof g, h));
+  out[64] = '\0';
+  return TPU_OK;
+}
+
+static tpu_status_t parse_reference(ctx_t *c, json_t *o, tpu_model_config_t *cfg) {
+  static const char *const keys[] = {"file", "sha256", "rtol", "atol", "labels", NULL};
+  static const char *const lkeys[] = {"output", "min_agreement", NULL};
+  char g[96];
+  tpu_status_t rc;
+  tpu_model_reference_config_t *r = &cfg->reference;
+  if (!o) return TPU_OK;
+  if (!json_is_object(o))
+    return fail(c, TPU_EINVAL, "reference: expected an object with file, sha256, rtol and atol, "
+                "got %s", got(g, sizeof g, o));
+  if ((rc = only_keys(c, "reference", o, keys)) != TPU_OK) return rc;
+  r->present = 1;
+  r->rtol = 1e-4;
+  r->atol = 1e-5;
+  if ((rc = get_file(c, "reference.file", json_object_get(o, "file"), &r->file)) != TPU_OK)
+    return rc;
+  if ((rc = get_sha(c, "reference.sha256", json_object_get(o, "sha256"), r->sha256)) != TPU_OK)
+    return rc;
+  json_t *v;
+  if ((v = json_object_get(o, "rtol")) && (rc = get_real(c, "reference.rtol", v, 0, 1e6,
+                                                         &r->rtol)) != TPU_OK)
+    return rc;
+  if ((v = json_object_get(o, "atol")) && (rc = get_real(c, "reference.atol", v, 0, 1e30,
+                                                         &r->atol)) != TPU_OK)
+    return rc;
+  json_t *l = json_object_get(o, "labels");
+  if (l) {
+    if (!json_is_object(l))
+      return fail(c, TPU_EINVAL, "reference.labels: expected an object with output and "
+                  "min_agreement, got %s", got(g, sizeof g, l));
+    if ((rc = only_keys(c, "reference.labels", l, lkeys)) != TPU_OK) return rc;
+    if ((rc = get_name(c, "reference.labels.output", json_object_get(l, "output"), 1,
+                       &r->label_output)) != TPU_OK)
+      return rc;
+    v = json_object_get(l, "min_agreement");
+    if (!v) return fail(c, TPU_EINVAL, "reference.labels.min_agreement: required field is missing");
+    if ((rc = get_real(c, "reference.labels.min_agreement", v, 0, 1, &r->min_agreement)) !=
+        TPU_OK)
+      return rc;
+  }
+  return TPU_OK;
+}
+
+static tpu_status_t parse_overrides(ctx_t *c, json_t *a, tpu_model_config_t *cfg) {
+  char g[96], path[64];
+  tpu_status_t rc;
+  if (!a) return TPU_OK;
+  if (cfg->format != TPU_MODEL_FORMAT_ONNX)
+    return fail(c, TPU_EINVAL, "precision_overrides: only for format \"onnx\" (name graph nodes)");
+  if (!json_is_array(a) || json_array_size(a) > TPU_MODEL_MAX_OVERRIDES)
+    return fail(c, TPU_EINVAL, "precision_overrides: expected an array of at most %d node names "
+                "(kept in fp32), got %s", TPU_MODEL_MAX_OVERRIDES,
+                json_is_array(a) ? "too many" : got(g, sizeof g, a));
+  size_t n = json_array_size(a);
+  if (!(cfg->precision_overrides = calloc(n + 1, sizeof *cfg->precision_overrides)))
+    return fail(c, TPU_ENOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    snprintf(path, sizeof path, "precision_overrides[%zu]", i);
+    if ((rc = get_name(c, path, json_array_get(a, i), 1, &cfg->precision_overrides[i])) != TPU_OK)
+      return rc;
+    cfg->noverrides = i + 1;
+  }
+  return TPU_OK;
+}
+
 static tpu_status_t parse_layers(ctx_t *c, json_t *arr, tpu_model_config_t *cfg) {
   static const char *const keys[] = {"op", "weight", "bias", "activation", NULL};
   char path[64], g[96];
@@ -279,32 +453,13 @@ static tpu_status_t parse_checkpoint(ctx_t *c, json_t *o, tpu_model_config_t *cf
 
   json_t *f = json_object_get(o, "file");
   if (f) {
-    if ((rc = get_name(c, "checkpoint.file", f, 1, &cfg->checkpoint_file)) != TPU_OK) return rc;
-    const char *s = cfg->checkpoint_file;
-    if (strchr(s, '/') || strchr(s, '\\') || strstr(s, "..") || strcmp(s, ".") == 0)
-      return fail(c, TPU_EINVAL,
-                  "checkpoint.file: expected a plain file name in the version directory (no '/', "
-                  "'\\' or '..'), got %s",
-                  got(g, sizeof g, f));
-  } else if (!(cfg->checkpoint_file = strdup("model.safetensors"))) {
+    if ((rc = get_file(c, "checkpoint.file", f, &cfg->checkpoint_file)) != TPU_OK) return rc;
+  } else if (!(cfg->checkpoint_file = strdup(cfg->format == TPU_MODEL_FORMAT_ONNX
+                                                 ? "model.onnx"
+                                                 : "model.safetensors"))) {
     return fail(c, TPU_ENOMEM, "out of memory");
   }
-
-  json_t *h = json_object_get(o, "sha256");
-  if (!h) return fail(c, TPU_EINVAL, "checkpoint.sha256: required field is missing");
-  const char *s = json_is_string(h) ? json_string_value(h) : NULL;
-  int ok = s && json_string_length(h) == 64;
-  for (int i = 0; ok && i < 64; i++) {
-    char ch = s[i];
-    if (ch >= 'A' && ch <= 'F') ch = (char)(ch + 32);
-    ok = (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f');
-    cfg->sha256[i] = ch;
-  }
-  if (!ok)
-    return fail(c, TPU_EINVAL, "checkpoint.sha256: expected 64 hex digits (the file's SHA-256), got %s",
-                got(g, sizeof g, h));
-  cfg->sha256[64] = '\0';
-  return TPU_OK;
+  return get_sha(c, "checkpoint.sha256", json_object_get(o, "sha256"), cfg->sha256);
 }
 
 /* Refuses text nesting deeper than TPU_MODEL_CONFIG_MAX_DEPTH before a recursive parser sees it. */
@@ -339,6 +494,14 @@ void tpu_model_config_free(tpu_model_config_t *cfg) {
     free(cfg->layers[i].bias);
   }
   free(cfg->layers);
+  for (size_t i = 0; i < cfg->ninputs; i++) free(cfg->inputs[i].name);
+  for (size_t i = 0; i < cfg->noutputs; i++) free(cfg->outputs[i].name);
+  free(cfg->inputs);
+  free(cfg->outputs);
+  for (size_t i = 0; i < cfg->noverrides; i++) free(cfg->precision_overrides[i]);
+  free(cfg->precision_overrides);
+  free(cfg->reference.file);
+  free(cfg->reference.label_output);
   free(cfg->checkpoint_file);
   free(cfg);
 }
@@ -354,8 +517,9 @@ const char *tpu_model_precision_name(tpu_dtype_t precision) {
 
 tpu_status_t tpu_model_config_parse(const char *json, size_t len, const char *name,
                                     tpu_model_config_t **out, char *err, size_t errlen) {
-  static const char *const keys[] = {"inputs", "outputs", "layers", "precision",
-                                     "batching", "checkpoint", NULL};
+  static const char *const keys[] = {"format",    "inputs",   "outputs",
+                                     "layers",    "precision", "precision_overrides",
+                                     "batching",  "checkpoint", "reference", NULL};
   ctx_t c = {name ? name : "model.json", err, errlen};
   char g[96];
   tpu_status_t rc;
@@ -383,13 +547,60 @@ tpu_status_t tpu_model_config_parse(const char *json, size_t len, const char *na
     goto fail;
   }
   if ((rc = only_keys(&c, "", root, keys)) != TPU_OK) goto fail;
-  if ((rc = parse_io(&c, "inputs", json_object_get(root, "inputs"), &cfg->input_name,
-                     &cfg->input_width)) != TPU_OK)
+  json_t *fmt = json_object_get(root, "format");
+  cfg->format = TPU_MODEL_FORMAT_DENSE;
+  if (fmt) {
+    const char *fs = json_is_string(fmt) ? json_string_value(fmt) : "";
+    if (strcmp(fs, "onnx") == 0) {
+      cfg->format = TPU_MODEL_FORMAT_ONNX;
+    } else if (strcmp(fs, "dense") != 0) {
+      rc = fail(&c, TPU_EINVAL, "format: expected \"dense\" or \"onnx\", got %s%s",
+                got(g, sizeof g, fmt),
+                strcmp(fs, "xgboost") == 0 ? " (XGBoost models are not supported yet)" : "");
+      goto fail;
+    }
+  }
+  if (cfg->format == TPU_MODEL_FORMAT_DENSE) {
+    if ((rc = parse_io(&c, "inputs", json_object_get(root, "inputs"), &cfg->input_name,
+                       &cfg->input_width)) != TPU_OK)
+      goto fail;
+    if ((rc = parse_io(&c, "outputs", json_object_get(root, "outputs"), &cfg->output_name,
+                       &cfg->output_width)) != TPU_OK)
+      goto fail;
+    if ((rc = parse_layers(&c, json_object_get(root, "layers"), cfg)) != TPU_OK) goto fail;
+    if (!(cfg->inputs = calloc(1, sizeof *cfg->inputs)) ||
+        !(cfg->outputs = calloc(1, sizeof *cfg->outputs)) ||
+        !(cfg->inputs[0].name = strdup(cfg->input_name)) ||
+        !(cfg->outputs[0].name = strdup(cfg->output_name))) {
+      cfg->ninputs = cfg->inputs ? 1 : 0;
+      cfg->noutputs = cfg->outputs ? 1 : 0;
+      rc = fail(&c, TPU_ENOMEM, "out of memory");
+      goto fail;
+    }
+    cfg->ninputs = cfg->noutputs = 1;
+    tpu_model_io_config_t *io[2] = {cfg->inputs, cfg->outputs};
+    size_t w[2] = {cfg->input_width, cfg->output_width};
+    for (int k = 0; k < 2; k++) {
+      snprintf(io[k]->datatype, sizeof io[k]->datatype, "FP32");
+      io[k]->rank = 2;
+      io[k]->shape[0] = -1;
+      io[k]->shape[1] = (int64_t)w[k];
+    }
+  } else {
+    if (json_object_get(root, "layers")) {
+      rc = fail(&c, TPU_EINVAL, "layers: not used with format \"onnx\" (the graph in the "
+                "model file replaces the layer chain); remove it");
+      goto fail;
+    }
+    if ((rc = parse_io_list(&c, "inputs", json_object_get(root, "inputs"), &cfg->inputs,
+                            &cfg->ninputs)) != TPU_OK ||
+        (rc = parse_io_list(&c, "outputs", json_object_get(root, "outputs"), &cfg->outputs,
+                            &cfg->noutputs)) != TPU_OK)
+      goto fail;
+  }
+  if ((rc = parse_overrides(&c, json_object_get(root, "precision_overrides"), cfg)) != TPU_OK)
     goto fail;
-  if ((rc = parse_io(&c, "outputs", json_object_get(root, "outputs"), &cfg->output_name,
-                     &cfg->output_width)) != TPU_OK)
-    goto fail;
-  if ((rc = parse_layers(&c, json_object_get(root, "layers"), cfg)) != TPU_OK) goto fail;
+  if ((rc = parse_reference(&c, json_object_get(root, "reference"), cfg)) != TPU_OK) goto fail;
 
   json_t *p = json_object_get(root, "precision");
   cfg->precision = TPU_DTYPE_FP32;

@@ -12,8 +12,15 @@
  * Decisions (documented in PRODUCT.md's terms):
  *   - Unknown fields, at the top level and inside every object, are errors: a typo such as
  *     "precison" in a production config must not silently fall back to a default.
- *   - inputs and outputs hold exactly one tensor each today: datatype "FP32", shape [-1, K] with
- *     -1 the batch dimension and 1 ≤ K ≤ TPU_MODEL_MAX_WIDTH.
+ *   - format "dense" (default): inputs and outputs hold exactly one tensor each, datatype
+ *     "FP32", shape [-1, K] with -1 the batch dimension and 1 ≤ K ≤ TPU_MODEL_MAX_WIDTH, and
+ *     layers is required. format "onnx": no layers (the graph replaces them); inputs and
+ *     outputs may be omitted (taken from the graph) or list up to TPU_MODEL_MAX_IO tensors of
+ *     any OIP datatype the graph IR holds, checked against the graph at load (model.c);
+ *     precision_overrides names nodes kept in FP32; checkpoint.file defaults to "model.onnx".
+ *   - reference (optional, any format): {"file", "sha256", "rtol" (default 1e-4), "atol"
+ *     (default 1e-5), "labels": {"output", "min_agreement"}}; the file is checked at load
+ *     (model.c).
  *   - Defaults when a field is omitted:
  *       layers[i].op          "dense" (the only op)
  *       layers[i].bias        none (null also means none)
@@ -55,6 +62,36 @@ extern "C" {
 #define TPU_MODEL_MAX_QUEUE_DELAY_US 10000000u /* 10 s */
 #define TPU_MODEL_MAX_NAME 128                /* bytes of a tensor or file name, NUL excluded */
 
+#define TPU_MODEL_MAX_IO 64        /* inputs or outputs of one model */
+#define TPU_MODEL_MAX_RANK 8       /* dimensions of a model input or output */
+#define TPU_MODEL_MAX_OVERRIDES 256 /* entries of precision_overrides */
+
+/* What the checkpoint is (model.json "format"). */
+typedef enum {
+  TPU_MODEL_FORMAT_DENSE = 0, /* safetensors weights and the layers chain */
+  TPU_MODEL_FORMAT_ONNX       /* an ONNX model file; the graph replaces layers */
+} tpu_model_format_t;
+
+/* One entry of inputs or outputs: an OIP datatype ("FP32", "FP16", "BF16", "FP64", "INT64",
+ * "INT32", "INT8", "UINT8", "BOOL") and a shape whose dimension 0 may be -1 (the batch), every
+ * other dimension ≥ 1. */
+typedef struct {
+  char *name;
+  char datatype[8];
+  size_t rank;
+  int64_t shape[TPU_MODEL_MAX_RANK];
+} tpu_model_io_config_t;
+
+/* model.json "reference": inputs and the framework's outputs, checked at load. */
+typedef struct {
+  int present;
+  char *file;          /* plain file name in the version directory */
+  char sha256[65];     /* lower case */
+  double rtol, atol;   /* |got - want| <= atol + rtol·|want| per element */
+  char *label_output;  /* NULL, or the output whose per-row argmax must agree ... */
+  double min_agreement; /* ... on at least this fraction of rows (0..1) */
+} tpu_model_reference_config_t;
+
 /* One dense layer: y = act(x·Wᵀ + b), W [out, in] as PyTorch's nn.Linear. */
 typedef struct {
   char *weight; /* checkpoint tensor name of W */
@@ -63,12 +100,20 @@ typedef struct {
 } tpu_model_layer_config_t;
 
 typedef struct {
+  tpu_model_format_t format;
+  /* inputs and outputs as given (dense: exactly one FP32 [-1, K] each; onnx: ninputs or
+   * noutputs 0 when omitted, taken from the graph) */
+  tpu_model_io_config_t *inputs, *outputs;
+  size_t ninputs, noutputs;
   char *input_name;    /* inputs[0].name */
   size_t input_width;  /* K of inputs[0].shape [-1, K] */
   char *output_name;   /* outputs[0].name */
   size_t output_width; /* N of outputs[0].shape [-1, N] */
   tpu_model_layer_config_t *layers;
-  size_t nlayers;      /* ≥ 1 */
+  size_t nlayers;      /* ≥ 1 for dense, 0 for onnx */
+  char **precision_overrides; /* onnx: node names kept in FP32 whatever precision says */
+  size_t noverrides;
+  tpu_model_reference_config_t reference;
   tpu_dtype_t precision; /* FP32, BF16 or INT8 */
   size_t max_batch_size;
   size_t buckets[TPU_MODEL_MAX_BUCKETS]; /* strictly increasing, last == max_batch_size */

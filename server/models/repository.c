@@ -601,9 +601,9 @@ static int model_run(void *ctx, size_t bucket_rows, const void *in, void *out, c
     snprintf(err, errlen, "no bucket holds %zu rows", bucket_rows);
     return -1;
   }
-  tpu_status_t st = tpu_model_run(m->model, (size_t)bi, in, out);
+  tpu_status_t st = tpu_model_run(m->model, (size_t)bi, in, out, err, errlen);
   if (st != TPU_OK) {
-    snprintf(err, errlen, "%s", tpu_strerror(st));
+    if (!err[0]) snprintf(err, errlen, "%s", tpu_strerror(st));
     return -1;
   }
   if ((size_t)bi < m->nbuckets) { /* the systolic-array model's view of this call (metrics) */
@@ -662,12 +662,21 @@ static int instance_load(tpu__repo_t *r, const char *name, const char *vdir, uin
   m->memory_bytes = lo.memory_bytes;
   size_t nb;
   const size_t *buckets = tpu_model_buckets(m->model, &nb);
-  m->in_shape[0] = m->out_shape[0] = -1;
-  m->in_shape[1] = (int64_t)tpu_model_input_width(m->model);
-  m->out_shape[1] = (int64_t)tpu_model_output_width(m->model);
-  m->in_spec = (tpu_tensor_spec_t){tpu_model_input_name(m->model), "FP32", m->in_shape, 2};
-  m->out_spec = (tpu_tensor_spec_t){tpu_model_output_name(m->model), "FP32", m->out_shape, 2};
-  m->vmodel = (tpu_vmodel_t){m->label, &m->in_spec, 1, &m->out_spec, 1};
+  m->nin = tpu_model_input_count(m->model);
+  m->nout = tpu_model_output_count(m->model);
+  for (size_t i = 0; i < m->nin; i++) {
+    const tpu_model_tensor_t *t = tpu_model_input(m->model, i);
+    m->in_spec[i] = (tpu_tensor_spec_t){t->name, t->datatype, t->shape, t->rank};
+  }
+  for (size_t j = 0; j < m->nout; j++) {
+    const tpu_model_tensor_t *t = tpu_model_output(m->model, j);
+    m->out_spec[j] = (tpu_tensor_spec_t){t->name, t->datatype, t->shape, t->rank};
+  }
+  m->in_row = tpu_model_in_row_bytes(m->model);
+  m->out_row = tpu_model_out_row_bytes(m->model);
+  m->batched = tpu_model_batched(m->model);
+  m->platform = strcmp(tpu_model_format_name(m->model), "onnx") == 0 ? "tpud_onnx" : "tpud";
+  m->vmodel = (tpu_vmodel_t){m->label, m->in_spec, m->nin, m->out_spec, m->nout};
   bucket_costs(m, nb);
   tpu_batcher_config_t bc = {
       .name = m->label,
@@ -676,8 +685,8 @@ static int instance_load(tpu__repo_t *r, const char *name, const char *vdir, uin
       .nbuckets = nb,
       .max_queue_delay_us = tpu_model_max_queue_delay_us(m->model),
       .queue_rows = srv->cfg.queue_rows,
-      .in_row_bytes = (size_t)m->in_shape[1] * sizeof(float),
-      .out_row_bytes = (size_t)m->out_shape[1] * sizeof(float),
+      .in_row_bytes = m->in_row,
+      .out_row_bytes = m->out_row,
       .run = model_run,
       .run_ctx = m,
       .stats = &m->stats,
@@ -690,16 +699,29 @@ static int instance_load(tpu__repo_t *r, const char *name, const char *vdir, uin
   }
   m->state = TPUD__MODEL_STATE__MODEL_STATE_READY;
   const char *sha = tpu_model_sha256(m->model);
-  tpu_log_info("%s: ready in %llu ms (sha256 %.12s.., warm-up %llu us, memory %.1f MiB) from "
-               "%s: input '%s' [-1,%lld], output '%s' [-1,%lld], %s, max_batch_size %zu, "
-               "%zu buckets, max_queue_delay_us %u",
+  char io[512];
+  size_t at = 0;
+  for (size_t k = 0; k < m->nin + m->nout && at < sizeof io; k++) {
+    const tpu_tensor_spec_t *sp = k < m->nin ? &m->in_spec[k] : &m->out_spec[k - m->nin];
+    char shp[128];
+    size_t so = (size_t)snprintf(shp, sizeof shp, "[");
+    for (size_t d = 0; d < sp->rank && so < sizeof shp; d++)
+      so += (size_t)snprintf(shp + so, sizeof shp - so, "%s%lld", d ? "," : "",
+                             (long long)sp->shape[d]);
+    if (so < sizeof shp) snprintf(shp + so, sizeof shp - so, "]");
+    at += (size_t)snprintf(io + at, sizeof io - at, "%s%s '%s' %s %s",
+                           k == 0 ? "" : k == m->nin ? "; " : ", ",
+                           k < m->nin ? "input" : "output", sp->name, sp->datatype, shp);
+  }
+  const char *ref = tpu_model_reference_result(m->model);
+  tpu_log_info("%s: ready in %llu ms (%s, sha256 %.12s.., warm-up %llu us, memory %.1f MiB) "
+               "from %s: %s; %s, max_batch_size %zu, %zu buckets, max_queue_delay_us %u%s%s",
                m->label, (unsigned long long)((tpu_now_us() - t0 + 500) / 1000),
-               sha ? sha : "?", (unsigned long long)tpu_model_warmup_us(m->model),
-               (double)m->memory_bytes / (1 << 20), vdir,
-               m->in_spec.name, (long long)m->in_shape[1], m->out_spec.name,
-               (long long)m->out_shape[1],
+               tpu_model_format_name(m->model), sha ? sha : "?",
+               (unsigned long long)tpu_model_warmup_us(m->model),
+               (double)m->memory_bytes / (1 << 20), vdir, io,
                tpu_model_precision_name(tpu_model_precision(m->model)), bc.max_batch_size, nb,
-               (unsigned)bc.max_queue_delay_us);
+               (unsigned)bc.max_queue_delay_us, ref[0] ? "; reference check " : "", ref);
   pthread_mutex_lock(&r->mu);
   m->live_next = r->live;
   if (r->live) r->live->live_prev = m;

@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -503,30 +502,8 @@ tpu_status_t tpu_safetensors_open(const char *path, tpu_safetensors_t **out, cha
 }
 
 static tpu_status_t digest(const tpu_safetensors_t *st, const atomic_int *cancel, char hex[65]) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int mdlen = 0;
-  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-  int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-  /* In 1 MiB pieces, so a cancel (shutdown) is seen within a millisecond or so. */
-  for (size_t at = 0; ok && at < st->len;) {
-    if (cancel && atomic_load(cancel)) {
-      EVP_MD_CTX_free(ctx);
-      return TPU_ECANCELED;
-    }
-    size_t n = st->len - at < (1u << 20) ? st->len - at : (1u << 20);
-    ok = EVP_DigestUpdate(ctx, st->base + at, n);
-    at += n;
-  }
-  ok = ok && EVP_DigestFinal_ex(ctx, md, &mdlen) && mdlen == 32;
-  EVP_MD_CTX_free(ctx);
-  if (!ok) return TPU_ENOMEM;
-  static const char digits[] = "0123456789abcdef";
-  for (int i = 0; i < 32; i++) {
-    hex[2 * i] = digits[md[i] >> 4];
-    hex[2 * i + 1] = digits[md[i] & 15];
-  }
-  hex[64] = '\0';
-  return TPU_OK;
+  int e = tpu_file_sha256(st->base, st->len, cancel, hex);
+  return e == 0 ? TPU_OK : e == ECANCELED ? TPU_ECANCELED : TPU_ENOMEM;
 }
 
 tpu_status_t tpu_safetensors_sha256(const tpu_safetensors_t *st, char hex[65]) {

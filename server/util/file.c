@@ -7,6 +7,7 @@
 #include "tpu_text.h"
 
 #include <errno.h>
+#include <openssl/evp.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,4 +155,32 @@ done:
   free(data);
   close(fd);
   return rc;
+}
+
+int tpu_file_sha256(const void *buf, size_t len, const atomic_int *cancel, char hex[65]) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int mdlen = 0;
+  const unsigned char *p = buf;
+  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+  int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+  /* In 1 MiB pieces, so a cancel (shutdown) is seen within a millisecond or so. */
+  for (size_t at = 0; ok && at < len;) {
+    if (cancel && atomic_load(cancel)) {
+      EVP_MD_CTX_free(ctx);
+      return ECANCELED;
+    }
+    size_t n = len - at < (1u << 20) ? len - at : (1u << 20);
+    ok = EVP_DigestUpdate(ctx, p + at, n);
+    at += n;
+  }
+  ok = ok && EVP_DigestFinal_ex(ctx, md, &mdlen) && mdlen == 32;
+  EVP_MD_CTX_free(ctx);
+  if (!ok) return ENOMEM;
+  static const char digits[] = "0123456789abcdef";
+  for (int i = 0; i < 32; i++) {
+    hex[2 * i] = digits[md[i] >> 4];
+    hex[2 * i + 1] = digits[md[i] & 15];
+  }
+  hex[64] = '\0';
+  return 0;
 }

@@ -58,4 +58,10 @@ int tpu_file_check(const char *path, char *err, size_t errlen);
  * EMFILE, ENFILE, ENOMEM, ENOBUFS, EINTR and EAGAIN. */
 int tpu_file_transient(int err);
 
+/* SHA-256 of len bytes at buf as 64 lower-case hex digits (OpenSSL EVP), hashed in 1 MiB
+ * pieces with cancel (NULL, or a flag) checked between them: for checking a file read with
+ * tpu_file_read against a digest before parsing it. Returns 0, ECANCELED, or ENOMEM when the
+ * digest could not be computed. */
+int tpu_file_sha256(const void *buf, size_t len, const atomic_int *cancel, char hex[65]);
+
 #endif /* TPU_FILE_H */

@@ -868,7 +868,7 @@ case("nonfinite-output-3e38-http", "nonfinite", "http",
      400, ("output 'probs' element [1,0] is NaN", "the input overflows FP32 inside the model"))
 case("nonfinite-http-fp64-beyond-fp32", "nonfinite", "http",
      post(INFER(), jbody([jinput(dt="FP64", data=[1.0] * 9 + [1e300] + [1.0] * 54)])),
-     400, "inputs[0].data[9]: 1e+300 is out of range for FP32, the model's datatype")
+     400, "input 'x': element 9 (1e+300) is out of range for FP32, the model's datatype")
 case("nonfinite-matmul-input-nan", "nonfinite", "framed",
      frame(envelope(104, MATMUL, matmul_req(tensor([2, 2], data=fp32_rows([[1, 2, NAN, 4]])),
                                             tensor([2, 2])))),

@@ -116,7 +116,7 @@ wait_state 2 READY 10
 wait_state 1 UNAVAILABLE 10
 load_stop
 expect_clean 2
-grep -q "model 'digits' version 2: ready in [0-9]* ms (sha256 " "$LOG" || fail "no 'ready in' line"
+grep -q "model 'digits' version 2: ready in [0-9]* ms (dense, sha256 " "$LOG" || fail "no 'ready in' line"
 grep -q "model 'digits' version 1: unloaded" "$LOG" || fail "version 1 was not freed"
 
 echo "== 2. version 3 written non-atomically (model.json first, checkpoint slowly) under load"

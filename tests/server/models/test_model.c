@@ -357,16 +357,16 @@ static void test_run_and_metadata(void) {
    * rows never mix. */
   float x[8 * K], y[8 * N], y2[8 * N];
   for (int i = 0; i < 8 * K; i++) x[i] = tpu_test_rand_float(-2, 2);
-  CU_ASSERT_EQUAL(tpu_model_run(m, 1, x, y), TPU_OK); /* 4 rows */
+  CU_ASSERT_EQUAL(tpu_model_run(m, 1, x, y, NULL, 0), TPU_OK); /* 4 rows */
   CU_ASSERT_EQUAL(tpu_model_infer(m, 3, x, y2), TPU_OK);
   for (int i = 0; i < 3 * N; i++) CU_ASSERT_DOUBLE_EQUAL(y[i], y2[i], 1e-6);
   double s = 0;
   for (int j = 0; j < N; j++) s += y[j];
   CU_ASSERT_DOUBLE_EQUAL(s, 1.0, 1e-5); /* softmax rows sum to 1 */
 
-  CU_ASSERT_EQUAL(tpu_model_run(m, 3, x, y), TPU_EINVAL);
-  CU_ASSERT_EQUAL(tpu_model_run(m, 0, NULL, y), TPU_EINVAL);
-  CU_ASSERT_EQUAL(tpu_model_run(NULL, 0, x, y), TPU_EINVAL);
+  CU_ASSERT_EQUAL(tpu_model_run(m, 3, x, y, NULL, 0), TPU_EINVAL);
+  CU_ASSERT_EQUAL(tpu_model_run(m, 0, NULL, y, NULL, 0), TPU_EINVAL);
+  CU_ASSERT_EQUAL(tpu_model_run(NULL, 0, x, y, NULL, 0), TPU_EINVAL);
   CU_ASSERT_EQUAL(tpu_model_infer(m, 0, x, y), TPU_EINVAL);
   CU_ASSERT_EQUAL(tpu_model_infer(m, 1, x, NULL), TPU_EINVAL);
   tpu_model_free(m);

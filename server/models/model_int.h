@@ -1,0 +1,71 @@
+/*
+ * model_int.h - the loaded model's structure, shared by model.c (dense chains, the common load
+ * steps, reference check, accessors) and model_graph.c (ONNX graph models).
+ *
+ * DESIGN
+ * Not public API (the `tpu__` prefix). A model of either format ends up with the same outside:
+ * its inputs and outputs (ins/outs, in packed-row order), its buckets (cfg's), one run function
+ * per format and staging for tpu_model_infer. The dense chain keeps its layers and plans; a
+ * graph model keeps the graph and one compiled program per bucket.
+ */
+#ifndef TPU_MODEL_INT_H
+#define TPU_MODEL_INT_H
+
+#include "model.h"
+#include "safetensors.h"
+#include "tpu_graph.h"
+
+typedef struct {
+  tpu_weights_t *w;
+  size_t in, out;   /* K and N */
+  tpu_plan_t **plans; /* one per bucket */
+  const tpu_st_tensor_t *wt, *bt, *st; /* weight, bias, I8 scales in the checkpoint (load) */
+} layer_t;
+
+/* An input or output: the public view and what it points at. */
+typedef struct {
+  tpu_model_tensor_t t;
+  char *name;
+  char datatype[8];
+  int64_t shape[TPU_MODEL_MAX_RANK];
+  tpu_graph_dtype_t gdtype; /* graph models */
+} tpu__mtensor_t;
+
+struct tpu_model {
+  tpu_engine_t *engine;
+  char *name, *dir;
+  uint64_t version;
+  tpu_model_config_t *cfg;
+  tpu__mtensor_t ins[TPU_MODEL_MAX_IO], outs[TPU_MODEL_MAX_IO];
+  size_t nin, nout;
+  size_t in_row, out_row; /* bytes of a packed row */
+  int batched;
+  /* dense */
+  layer_t *layers;
+  size_t nlayers;
+  float *act[2];        /* ping-pong activations: max_bucket × max_hidden floats each */
+  /* graph */
+  tpu_graph_t *graph;
+  tpu_graph_program_t *progs[TPU_MODEL_MAX_BUCKETS];
+  void *gin[TPU_MODEL_MAX_IO], *gout[TPU_MODEL_MAX_IO]; /* per-tensor staging (several) */
+  /* both */
+  unsigned char *pad_in;  /* staging for tpu_model_infer: max_bucket packed input rows */
+  unsigned char *pad_out; /* max_bucket packed output rows */
+  char reference[512];    /* the reference check's result */
+  uint64_t load_us, warmup_us;
+  uint64_t memory_bytes; /* held while serving (see tpu_model_load_opts_t) */
+};
+
+/* Loads the ONNX model `ck` (format onnx): reads it (bounded by the memory limit), checks its
+ * SHA-256, decodes, converts and compiles one program per bucket (a model with no batch
+ * dimension gets one bucket of 1), fills ins/outs and the staging. *sys receives the errno of a
+ * failed read. Errors name the file and the node or tensor. */
+tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_load_opts_t *o,
+                                   int *sys, char *err, size_t errlen);
+/* One padded batch of bucket b through the graph program. */
+tpu_status_t tpu__model_run_graph(tpu_model_t *m, size_t b, const void *in, void *out, char *err,
+                                  size_t errlen);
+/* Frees what the graph part holds. */
+void tpu__model_free_graph(tpu_model_t *m);
+
+#endif /* TPU_MODEL_INT_H */
