@@ -48,7 +48,7 @@ typedef struct {
   void *data;       /* where its bytes are during a run (graph inputs: set per run) */
   int is_const;     /* an initializer or a folded value: data is fixed and read-only */
   /* Compiler's bookkeeping. */
-  int used;         /* read or produced by some step, or a graph output */
+  int pinned;       /* a graph output: never fused away (compiler only) */
   long first, last; /* steps that produce and last read it (liveness) */
   size_t offset;    /* in the arena */
   int in_arena;
@@ -65,6 +65,11 @@ typedef struct {
   int opset;
   tpu_engine_t *engine;
   tpu_dtype_t precision; /* for matmul nodes */
+  /* Matmul kernels only (the compiler's fusion pass; NONE/NULL for every other op): the
+   * activation, and a constant FP32 row vector of N elements to add before it, that the step
+   * must apply in its epilogue, its output view being the fused chain's last tensor. */
+  tpu_act_t fuse_act;
+  const tpu__xt_t *fuse_bias;
 } tpu__prep_t;
 
 typedef tpu_status_t (*tpu__prepare_fn)(tpu__prep_t *pc, tpu__step_t *s);

@@ -1,0 +1,520 @@
+/*
+ * compile.c - a graph inferred for one batch size, compiled into a program: folded constants,
+ * fused matmul epilogues, kernels bound per node, one arena planned by liveness.
+ *
+ * DESIGN
+ * tpu_graph_compile works in passes over the nodes in topological order:
+ *   1. views: one tpu__xt_t per graph tensor with its inferred dtype and shape. Initializers
+ *      point at the graph's bytes; values inference already knows (Constant, Shape and the
+ *      integer arithmetic of reshape targets) are copied into the program's constant block.
+ *   2. steps: every node whose outputs are not all known gets a step. A node whose inputs are
+ *      all constant is folded: prepared and run once now, its outputs kept as constants, and
+ *      no step remains (so Transpose/Reshape/Cast of initializers cost nothing per call).
+ *   3. fusion: a Gemm or MatMul with constant weights followed by a bias Add of a constant row
+ *      vector, and then by Relu, Sigmoid, Tanh or a last-axis Softmax, where each intermediate
+ *      has no other reader and is not a graph output, becomes one step whose engine plan
+ *      computes act(A·W + bias) in its epilogue (tpu__prep_t's fuse_bias / fuse_act).
+ *   4. prepare: each remaining step's kernel works out its parameters (and refuses what it
+ *      does not take, naming the node and the dtype).
+ *   5. memory: each tensor a step writes lives from that step to its last reader (graph outputs
+ *      to the end); tensors are placed largest first at the lowest 64-byte aligned offset that
+ *      overlaps no placed tensor alive at the same time. Inputs and outputs of one step are
+ *      alive together, so a kernel never writes over what it reads.
+ * A run sets the graph inputs' views to the caller's buffers, runs the steps and copies each
+ * graph output from its view to the caller (a graph output may be a constant or an input).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec_internal.h"
+
+#define ALIGN 64
+
+struct tpu_graph_program {
+  tpu__xt_t *xt;
+  size_t nxt;
+  tpu__step_t *steps;
+  size_t nsteps;
+  long *inputs, *outputs; /* tensor indices */
+  size_t ninputs, noutputs;
+  unsigned char *arena;
+  size_t arena_bytes;
+  unsigned char **consts; /* owned constant blocks */
+  size_t nconsts, const_bytes;
+  char err[512];
+};
+
+static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+static void *aligned_block(size_t bytes) {
+  void *p = NULL;
+  if (posix_memalign(&p, ALIGN, align_up(bytes ? bytes : 1)) != 0) return NULL;
+  return p;
+}
+
+static void step_release(tpu__step_t *s) {
+  if (s->release && s->params) s->release(s->params);
+  free(s->params);
+  free(s->label);
+  free(s->in);
+  s->params = NULL;
+  s->label = NULL;
+  s->in = s->out = NULL;
+}
+
+void tpu_graph_program_free(tpu_graph_program_t *p) {
+  if (!p) return;
+  for (size_t i = 0; i < p->nsteps; i++) step_release(&p->steps[i]);
+  free(p->steps);
+  for (size_t i = 0; i < p->nconsts; i++) free(p->consts[i]);
+  free(p->consts);
+  free(p->arena);
+  free(p->xt);
+  free(p->inputs);
+  free(p->outputs);
+  free(p);
+}
+
+/* Keeps a new constant block of `bytes` for tensor t (owned by the program). */
+static tpu_status_t const_block(tpu_graph_program_t *p, tpu__xt_t *t) {
+  unsigned char **nc = realloc(p->consts, (p->nconsts + 1) * sizeof *nc);
+  if (!nc) return TPU_ENOMEM;
+  p->consts = nc;
+  unsigned char *b = aligned_block(t->bytes);
+  if (!b) return TPU_ENOMEM;
+  memset(b, 0, align_up(t->bytes ? t->bytes : 1));
+  p->consts[p->nconsts++] = b;
+  p->const_bytes += align_up(t->bytes ? t->bytes : 1);
+  t->data = b;
+  t->is_const = 1;
+  return TPU_OK;
+}
+
+static int is_act_op(const char *op) {
+  return strcmp(op, "Relu") == 0 || strcmp(op, "Sigmoid") == 0 || strcmp(op, "Tanh") == 0 ||
+         strcmp(op, "Softmax") == 0;
+}
+
+typedef struct {
+  tpu_graph_t *g;
+  tpu_graph_program_t *p;
+  long *readers;  /* per tensor: number of nodes (with steps) reading it */
+  long *reader;   /* per tensor: the last such step */
+  const tpu_graph_compile_opts_t *opts;
+  tpu_engine_t *engine;
+} cctx_t;
+
+static tpu_dtype_t node_precision(const cctx_t *c, size_t node) {
+  tpu_dtype_t prec = c->opts ? c->opts->precision : TPU_DTYPE_FP32;
+  const char *name = c->g->nodes[node].name;
+  if (c->opts && name[0])
+    for (size_t i = 0; i < c->opts->nfp32_nodes; i++)
+      if (c->opts->fp32_nodes[i] && strcmp(c->opts->fp32_nodes[i], name) == 0)
+        return TPU_DTYPE_FP32;
+  return prec;
+}
+
+static tpu_status_t make_step(cctx_t *c, size_t node, tpu__step_t *s) {
+  const tpu__gnode_t *nd = &c->g->nodes[node];
+  char lb[200];
+  memset(s, 0, sizeof *s);
+  s->node = node;
+  s->op = nd->op;
+  s->nin = nd->nin;
+  s->nout = nd->nout;
+  tpu__graph_node_label(c->g, node, lb, sizeof lb);
+  s->label = strdup(lb);
+  s->in = calloc(nd->nin + nd->nout + 1, sizeof *s->in);
+  if (!s->label || !s->in) return tpu__graph_fail(c->g, TPU_ENOMEM, "%s: out of memory", lb);
+  s->out = s->in + nd->nin;
+  for (size_t i = 0; i < nd->nin; i++) s->in[i] = nd->in[i] >= 0 ? &c->p->xt[nd->in[i]] : NULL;
+  for (size_t i = 0; i < nd->nout; i++)
+    s->out[i] = nd->out[i] >= 0 ? &c->p->xt[nd->out[i]] : NULL;
+  return TPU_OK;
+}
+
+static tpu_status_t prepare(cctx_t *c, tpu__step_t *s, tpu_act_t act, const tpu__xt_t *bias) {
+  const tpu__gnode_t *nd = &c->g->nodes[s->node];
+  const tpu__kernel_t *k = nd->domain[0] ? NULL : tpu__graph_kernel(nd->op);
+  tpu__prep_t pc = {.g = c->g, .node = s->node, .label = s->label, .opset = nd->opset,
+                    .engine = c->engine, .precision = node_precision(c, s->node),
+                    .fuse_act = act, .fuse_bias = bias};
+  if (!k)
+    return tpu__prep_fail(&pc, TPU_ENOTSUP, "op '%s' (opset %d) has no kernel", nd->op,
+                          nd->opset);
+  tpu_status_t st = k->prepare(&pc, s);
+  if (st != TPU_OK) return st;
+  s->run = k->run;
+  return TPU_OK;
+}
+
+/* Runs a step whose inputs are all constant, now, into constant blocks. */
+static tpu_status_t fold(cctx_t *c, tpu__step_t *s) {
+  tpu_status_t st = prepare(c, s, TPU_ACT_NONE, NULL);
+  if (st != TPU_OK) return st;
+  for (size_t i = 0; i < s->nout; i++)
+    if (s->out[i] && (st = const_block(c->p, s->out[i])) != TPU_OK)
+      return tpu__graph_fail(c->g, st, "%s: out of memory", s->label);
+  tpu__run_ctx_t rc = {.err = c->g->err, .errlen = sizeof c->g->err, .step = s};
+  return s->run(&rc, s);
+}
+
+/* The single step reading tensor t, or -1 (none, several, or t is a graph output). */
+static long sole_reader(const cctx_t *c, long t) {
+  if (t < 0 || c->p->xt[t].pinned) return -1;
+  return c->readers[t] == 1 ? c->reader[t] : -1;
+}
+
+/* A constant that works as a bias of width n: n elements, shape [n] or [1,...,1,n]. */
+static int row_bias(const tpu__xt_t *b, size_t n) {
+  if (!b || !b->is_const || b->dtype != TPU_GRAPH_FP32 || b->elems != n || b->rank < 1) return 0;
+  return (size_t)b->dims[b->rank - 1] == n;
+}
+
+/* Fusion (pass 3) for step i: the activation and bias it takes over from the steps after it
+ * (marked dead), its output retargeted to the last of them. */
+static void fuse(cctx_t *c, size_t i, int *dead, tpu_act_t *act, const tpu__xt_t **bias) {
+  tpu__step_t *s = &c->p->steps[i];
+  *act = TPU_ACT_NONE;
+  *bias = NULL;
+  int gemm = strcmp(s->op, "Gemm") == 0;
+  if (!gemm && strcmp(s->op, "MatMul") != 0) return;
+  if (s->nin < 2 || !s->in[1] || !s->in[1]->is_const || s->in[1]->dtype != TPU_GRAPH_FP32 ||
+      s->in[1]->rank != 2 || !s->in[0] || s->in[0]->dtype != TPU_GRAPH_FP32 || s->in[0]->rank < 1)
+    return;
+  if (gemm && (tpu_graph_attr(c->g, s->node, "transA") &&
+               tpu_graph_attr(c->g, s->node, "transA")->i != 0))
+    return;
+  size_t n = (size_t)s->out[0]->dims[s->out[0]->rank - 1];
+  long cur = c->g->nodes[s->node].out[0];
+  tpu__step_t *last = s;
+  int took_bias = 0;
+  if (!gemm || s->nin < 3 || !s->in[2]) { /* a following Add of a row vector is the bias */
+    long r = sole_reader(c, cur);
+    if (r >= 0 && strcmp(c->p->steps[r].op, "Add") == 0 && c->p->steps[r].nin == 2) {
+      tpu__step_t *a = &c->p->steps[r];
+      const tpu__xt_t *other = a->in[0] == &c->p->xt[cur] ? a->in[1] : a->in[0];
+      if (other != &c->p->xt[cur] && row_bias(other, n) && a->out[0]->elems == s->out[0]->elems) {
+        *bias = other;
+        dead[r] = 1;
+        last = a;
+        cur = c->g->nodes[a->node].out[0];
+        took_bias = 1;
+      }
+    }
+  }
+  if (gemm && s->nin >= 3 && s->in[2] && !row_bias(s->in[2], n) &&
+      !(s->in[2]->is_const && s->in[2]->elems == 1))
+    return; /* C is added after the product: no activation can join the epilogue */
+  (void)took_bias;
+  long r = sole_reader(c, cur);
+  if (r >= 0 && is_act_op(c->p->steps[r].op)) {
+    tpu__step_t *a = &c->p->steps[r];
+    tpu_act_t want = TPU_ACT_NONE;
+    if (strcmp(a->op, "Relu") == 0) want = TPU_ACT_RELU;
+    else if (strcmp(a->op, "Sigmoid") == 0) want = TPU_ACT_SIGMOID;
+    else if (strcmp(a->op, "Tanh") == 0) want = TPU_ACT_TANH;
+    else { /* Softmax over the last axis only, in either opset form */
+      const tpu__xt_t *x = a->in[0];
+      int opset = c->g->nodes[a->node].opset;
+      const tpu_graph_attr_t *ax = tpu_graph_attr(c->g, a->node, "axis");
+      int64_t axis = ax ? ax->i : (opset >= 13 ? -1 : 1);
+      if (axis < 0) axis += x->rank;
+      if (axis == x->rank - 1) want = TPU_ACT_SOFTMAX;
+    }
+    if (want != TPU_ACT_NONE && a->in[0] == &c->p->xt[cur]) {
+      *act = want;
+      dead[r] = 1;
+      last = a;
+    }
+  }
+  if (last != s) s->out[0] = last->out[0];
+}
+
+/* Pass 5: liveness and placement. */
+static tpu_status_t plan_memory(cctx_t *c) {
+  tpu_graph_program_t *p = c->p;
+  size_t n = 0;
+  for (size_t t = 0; t < p->nxt; t++) {
+    p->xt[t].first = -1;
+    p->xt[t].last = -1;
+  }
+  for (size_t i = 0; i < p->nsteps; i++) {
+    tpu__step_t *s = &p->steps[i];
+    for (size_t k = 0; k < s->nout; k++) {
+      tpu__xt_t *t = s->out[k];
+      if (!t || t->is_const) continue;
+      if (t->first < 0) t->first = (long)i;
+      if (t->last < (long)i) t->last = (long)i;
+    }
+    for (size_t k = 0; k < s->nin; k++) {
+      tpu__xt_t *t = s->in[k];
+      if (t && t->first >= 0 && t->last < (long)i) t->last = (long)i;
+    }
+  }
+  for (size_t o = 0; o < p->noutputs; o++) {
+    tpu__xt_t *t = &p->xt[p->outputs[o]];
+    if (t->first >= 0) t->last = (long)p->nsteps;
+  }
+  size_t *order = malloc((p->nxt + 1) * sizeof *order);
+  if (!order) return tpu__graph_fail(c->g, TPU_ENOMEM, "compile: out of memory");
+  for (size_t t = 0; t < p->nxt; t++)
+    if (p->xt[t].first >= 0) order[n++] = t;
+  /* Largest first (insertion sort: graphs have hundreds of tensors, not millions). */
+  for (size_t i = 1; i < n; i++) {
+    size_t v = order[i], j = i;
+    while (j > 0 && p->xt[order[j - 1]].bytes < p->xt[v].bytes) {
+      order[j] = order[j - 1];
+      j--;
+    }
+    order[j] = v;
+  }
+  size_t top = 0;
+  for (size_t i = 0; i < n; i++) {
+    tpu__xt_t *t = &p->xt[order[i]];
+    size_t need = align_up(t->bytes ? t->bytes : 1), off = 0;
+    for (int moved = 1; moved;) {
+      moved = 0;
+      for (size_t j = 0; j < i; j++) {
+        const tpu__xt_t *u = &p->xt[order[j]];
+        if (u->last < t->first || t->last < u->first) continue;
+        size_t ue = u->offset + align_up(u->bytes ? u->bytes : 1);
+        if (off < ue && u->offset < off + need) {
+          off = ue;
+          moved = 1;
+        }
+      }
+    }
+    t->offset = off;
+    t->in_arena = 1;
+    if (off + need > top) top = off + need;
+  }
+  free(order);
+  p->arena_bytes = top;
+  if (c->opts && c->opts->memory_limit &&
+      (uint64_t)top + p->const_bytes > c->opts->memory_limit)
+    return tpu__graph_fail(c->g, TPU_ERANGE, "compile: the program needs %zu bytes of "
+                           "activations and %zu of constants, above the limit of %llu", top,
+                           p->const_bytes, (unsigned long long)c->opts->memory_limit);
+  p->arena = aligned_block(top);
+  if (!p->arena) return tpu__graph_fail(c->g, TPU_ENOMEM, "compile: out of memory (arena)");
+  memset(p->arena, 0, align_up(top ? top : 1));
+  for (size_t t = 0; t < p->nxt; t++)
+    if (p->xt[t].in_arena) p->xt[t].data = p->arena + p->xt[t].offset;
+  return TPU_OK;
+}
+
+static tpu_status_t build_views(cctx_t *c) {
+  tpu_graph_t *g = c->g;
+  tpu_graph_program_t *p = c->p;
+  for (size_t i = 0; i < g->ntensors; i++) {
+    const tpu__gtensor_t *gt = &g->tensors[i];
+    tpu__xt_t *t = &p->xt[i];
+    t->name = gt->name;
+    t->pinned = 0;
+    if (!gt->known) {
+      t->rank = -1;
+      continue;
+    }
+    t->dtype = gt->idtype;
+    t->rank = gt->irank;
+    for (int d = 0; d < gt->irank; d++) t->dims[d] = gt->idims[d];
+    if (tpu__graph_count(t->rank, t->dims, tpu_graph_dtype_size(t->dtype), &t->elems,
+                         &t->bytes) != TPU_OK)
+      return tpu__graph_fail(g, TPU_EOVERFLOW, "tensor '%s' is too large", t->name);
+    if (gt->is_init) {
+      t->data = gt->data;
+      t->is_const = 1;
+    } else if (gt->val && !gt->is_input) {
+      if (gt->vbytes != t->bytes)
+        return tpu__graph_fail(g, TPU_EINVAL, "tensor '%s': inferred value has %zu bytes, "
+                               "expected %zu", t->name, gt->vbytes, t->bytes);
+      if (const_block(p, t) != TPU_OK)
+        return tpu__graph_fail(g, TPU_ENOMEM, "compile: out of memory");
+      if (t->bytes) memcpy(t->data, gt->val, t->bytes);
+    }
+  }
+  return TPU_OK;
+}
+
+tpu_status_t tpu_graph_compile(tpu_graph_t *g, tpu_engine_t *engine, int64_t batch,
+                               const tpu_graph_compile_opts_t *opts, tpu_graph_program_t **out) {
+  if (!out) return TPU_EINVAL;
+  *out = NULL;
+  if (!g || !engine) return TPU_EINVAL;
+  if (opts && opts->precision != TPU_DTYPE_FP32 && opts->precision != TPU_DTYPE_BF16 &&
+      opts->precision != TPU_DTYPE_INT8)
+    return tpu__graph_fail(g, TPU_EINVAL, "compile: precision must be FP32, BF16 or INT8");
+  tpu_status_t st = tpu_graph_infer(g, batch);
+  if (st != TPU_OK) return st;
+  tpu_graph_program_t *p = calloc(1, sizeof *p);
+  cctx_t c = {.g = g, .p = p, .opts = opts, .engine = engine};
+  int *dead = NULL;
+  if (!p) return tpu__graph_fail(g, TPU_ENOMEM, "compile: out of memory");
+  p->nxt = g->ntensors;
+  p->xt = calloc(p->nxt + 1, sizeof *p->xt);
+  p->steps = calloc(g->nnodes + 1, sizeof *p->steps);
+  p->inputs = calloc(g->ninputs + 1, sizeof *p->inputs);
+  p->outputs = calloc(g->noutputs + 1, sizeof *p->outputs);
+  c.readers = calloc(p->nxt + 1, sizeof *c.readers);
+  c.reader = calloc(p->nxt + 1, sizeof *c.reader);
+  dead = calloc(g->nnodes + 1, sizeof *dead);
+  if (!p->xt || !p->steps || !p->inputs || !p->outputs || !c.readers || !c.reader || !dead) {
+    st = tpu__graph_fail(g, TPU_ENOMEM, "compile: out of memory");
+    goto fail;
+  }
+  p->ninputs = g->ninputs;
+  p->noutputs = g->noutputs;
+  memcpy(p->inputs, g->inputs, g->ninputs * sizeof *p->inputs);
+  memcpy(p->outputs, g->outputs, g->noutputs * sizeof *p->outputs);
+  if ((st = build_views(&c)) != TPU_OK) goto fail;
+
+  /* Pass 2: steps, folding what is constant. */
+  for (size_t k = 0; k < g->nnodes; k++) {
+    size_t node = g->order[k];
+    const tpu__gnode_t *nd = &g->nodes[node];
+    int all_known = 1, all_const = 1;
+    for (size_t o = 0; o < nd->nout; o++)
+      if (nd->out[o] >= 0 && !p->xt[nd->out[o]].is_const) all_known = 0;
+    if (all_known) continue; /* inference knew its values */
+    for (size_t i = 0; i < nd->nin; i++)
+      if (nd->in[i] >= 0 && !p->xt[nd->in[i]].is_const) all_const = 0;
+    tpu__step_t *s = &p->steps[p->nsteps];
+    if ((st = make_step(&c, node, s)) != TPU_OK) {
+      step_release(s);
+      goto fail;
+    }
+    if (all_const) {
+      st = fold(&c, s);
+      step_release(s);
+      if (st != TPU_OK) goto fail;
+      continue;
+    }
+    for (size_t i = 0; i < nd->nin; i++)
+      if (nd->in[i] >= 0) {
+        c.readers[nd->in[i]]++;
+        c.reader[nd->in[i]] = (long)p->nsteps;
+      }
+    p->nsteps++;
+  }
+  for (size_t o = 0; o < p->noutputs; o++) p->xt[p->outputs[o]].pinned = 1;
+
+  /* Passes 3 and 4: fusion, then prepare. */
+  for (size_t i = 0; i < p->nsteps; i++) {
+    if (dead[i]) continue;
+    tpu_act_t act;
+    const tpu__xt_t *bias;
+    fuse(&c, i, dead, &act, &bias);
+    if ((st = prepare(&c, &p->steps[i], act, bias)) != TPU_OK) goto fail;
+  }
+  size_t live = 0;
+  for (size_t i = 0; i < p->nsteps; i++) {
+    if (dead[i]) {
+      step_release(&p->steps[i]);
+      continue;
+    }
+    p->steps[live++] = p->steps[i];
+  }
+  p->nsteps = live;
+  if ((st = plan_memory(&c)) != TPU_OK) goto fail;
+  free(dead);
+  free(c.readers);
+  free(c.reader);
+  *out = p;
+  return TPU_OK;
+fail:
+  free(dead);
+  free(c.readers);
+  free(c.reader);
+  tpu_graph_program_free(p);
+  return st;
+}
+
+tpu_status_t tpu_graph_program_run(tpu_graph_program_t *p, const void *const *inputs,
+                                   void *const *outputs) {
+  if (!p || (p->ninputs && !inputs) || (p->noutputs && !outputs)) return TPU_EINVAL;
+  p->err[0] = 0;
+  for (size_t i = 0; i < p->ninputs; i++) {
+    if (!inputs[i]) return TPU_EINVAL;
+    p->xt[p->inputs[i]].data = (void *)inputs[i];
+  }
+  tpu__run_ctx_t rc = {.err = p->err, .errlen = sizeof p->err};
+  for (size_t i = 0; i < p->nsteps; i++) {
+    rc.step = &p->steps[i];
+    tpu_status_t st = p->steps[i].run(&rc, &p->steps[i]);
+    if (st != TPU_OK) {
+      if (!p->err[0]) tpu__run_fail(&rc, st, "%s", tpu_strerror(st));
+      return st;
+    }
+  }
+  for (size_t o = 0; o < p->noutputs; o++) {
+    const tpu__xt_t *t = &p->xt[p->outputs[o]];
+    if (!outputs[o]) return TPU_EINVAL;
+    if (t->bytes) memcpy(outputs[o], t->data, t->bytes);
+  }
+  return TPU_OK;
+}
+
+const char *tpu_graph_program_error(const tpu_graph_program_t *p) { return p ? p->err : ""; }
+
+size_t tpu_graph_program_input_count(const tpu_graph_program_t *p) { return p ? p->ninputs : 0; }
+size_t tpu_graph_program_output_count(const tpu_graph_program_t *p) {
+  return p ? p->noutputs : 0;
+}
+
+static tpu_status_t io(const tpu_graph_program_t *p, long t, tpu_graph_io_t *out) {
+  const tpu__xt_t *x = &p->xt[t];
+  *out = (tpu_graph_io_t){x->name, x->dtype, x->rank, x->dims, x->elems, x->bytes};
+  return TPU_OK;
+}
+
+tpu_status_t tpu_graph_program_input(const tpu_graph_program_t *p, size_t i, tpu_graph_io_t *out) {
+  if (!p || !out || i >= p->ninputs) return TPU_EINVAL;
+  return io(p, p->inputs[i], out);
+}
+
+tpu_status_t tpu_graph_program_output(const tpu_graph_program_t *p, size_t i,
+                                      tpu_graph_io_t *out) {
+  if (!p || !out || i >= p->noutputs) return TPU_EINVAL;
+  return io(p, p->outputs[i], out);
+}
+
+void tpu_graph_program_cost(const tpu_graph_program_t *p, uint64_t *macs, uint64_t *cycles,
+                            uint64_t *slots) {
+  uint64_t m = 0, cy = 0, sl = 0;
+  for (size_t i = 0; p && i < p->nsteps; i++) {
+    m += p->steps[i].macs;
+    cy += p->steps[i].cycles;
+    sl += p->steps[i].slots;
+  }
+  if (macs) *macs = m;
+  if (cycles) *cycles = cy;
+  if (slots) *slots = sl;
+}
+
+uint64_t tpu_graph_program_memory(const tpu_graph_program_t *p) {
+  if (!p) return 0;
+  uint64_t b = p->arena_bytes + p->const_bytes + sizeof *p + p->nxt * sizeof *p->xt;
+  for (size_t i = 0; i < p->nsteps; i++) b += p->steps[i].param_bytes;
+  return b;
+}
+
+size_t tpu_graph_program_step_count(const tpu_graph_program_t *p) { return p ? p->nsteps : 0; }
+
+size_t tpu_graph_program_describe(const tpu_graph_program_t *p, char *buf, size_t len) {
+  size_t at = 0;
+  if (buf && len) buf[0] = 0;
+  for (size_t i = 0; p && i < p->nsteps; i++) {
+    const tpu__step_t *s = &p->steps[i];
+    char line[400];
+    int n = snprintf(line, sizeof line, "%s%s%s\n", s->label, s->desc[0] ? ": " : "", s->desc);
+    if (n < 0) continue;
+    if (buf && at + (size_t)n < len) memcpy(buf + at, line, (size_t)n + 1);
+    else if (buf && at < len)
+      buf[at] = 0;
+    at += (size_t)n;
+  }
+  return at;
+}
