@@ -24,7 +24,12 @@
  * with names and numbers blanked out. Matches inputs and outputs to the test's files by tensor
  * name, by position when the file names none that fits.
  *
- * Usage: onnx_backend [--verbose] [--list-failures] [--expect-no-fail] [--root DIR]... [TEST]...
+ * Each test runs in its own child process, with its own engine, killed after --timeout seconds
+ * (60): a kernel that crashes or hangs is one FAIL ("crash" or "timeout"), not the end of the
+ * run. --no-fork runs them in this process instead (for a debugger or valgrind).
+ *
+ * Usage: onnx_backend [--verbose] [--list-failures] [--expect-no-fail] [--no-fork]
+ *                     [--timeout S] [--root DIR]... [TEST]...
  *   --root DIR        every directory under DIR that holds a model.onnx, in name order
  *   --verbose         one line per test (every refusal's full message among them)
  *   --list-failures   print only the failing tests' directories, one a line (to rerun them)
@@ -39,7 +44,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "onnx.h"
 #include "onnx_graph.h"
@@ -595,6 +603,139 @@ done:
   tpu_onnx_free(m);
 }
 
+/* ---- isolation: each test in a child process ---- */
+
+static int write_all(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return 0;
+    p += w, n -= (size_t)w;
+  }
+  return 1;
+}
+
+static void put_str(int fd, const char *s) {
+  uint32_t n = s ? (uint32_t)strlen(s) : UINT32_MAX;
+  write_all(fd, &n, sizeof n);
+  if (s) write_all(fd, s, n);
+}
+
+/* Reads a string put_str wrote from buf[*at..len); 0 when the record is cut short. */
+static int get_str(const char *buf, size_t len, size_t *at, char **s) {
+  uint32_t n;
+  if (len - *at < sizeof n) return 0;
+  memcpy(&n, buf + *at, sizeof n);
+  *at += sizeof n;
+  *s = NULL;
+  if (n == UINT32_MAX) return 1;
+  if (len - *at < n) return 0;
+  *s = xmalloc(n + 1);
+  memcpy(*s, buf + *at, n);
+  (*s)[n] = 0;
+  *at += n;
+  return 1;
+}
+
+/* A test that crashed or ran out of time is a FAIL, grouped by kind and the model's ops. */
+static void child_died(outcome_t *o, const char *what) {
+  char path[4096], err[MSG];
+  snprintf(path, sizeof path, "%s/model.onnx", o->dir);
+  tpu_onnx_model_t *m = NULL;
+  o->result = R_FAIL;
+  o->msg = xstrdup(what);
+  if (tpu_onnx_load(path, 0, NULL, &m, err, sizeof err) == TPU_OK) {
+    char ops[128];
+    ops_of(m, ops, sizeof ops);
+    size_t n = strlen(ops) + 64;
+    o->key = xmalloc(n);
+    snprintf(o->key, n, "%s in %s", strncmp(what, "timed out", 9) ? "crash" : "timeout", ops);
+    tpu_onnx_free(m);
+  } else {
+    o->key = xstrdup(strncmp(what, "timed out", 9) ? "crash" : "timeout");
+  }
+}
+
+/* Runs one test in a child process with its own engine (the parent's worker threads would not
+ * survive fork), killed after `limit` seconds; the outcome comes back through a pipe. */
+static void run_isolated(outcome_t *o, unsigned limit) {
+  int fds[2];
+  fflush(stdout);
+  fflush(stderr);
+  if (pipe(fds) != 0) {
+    child_died(o, "cannot create a pipe for the test's process");
+    return;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]), close(fds[1]);
+    child_died(o, "cannot fork the test's process");
+    return;
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    alarm(limit); /* SIGALRM's default action ends the process */
+    tpu_engine_t *eng = NULL;
+    tpu_status_t rc = tpu_engine_create(NULL, &eng);
+    if (rc != TPU_OK) {
+      char msg[256];
+      snprintf(msg, sizeof msg, "tpu_engine_create: %s", tpu_strerror(rc));
+      o->result = R_FAIL, o->key = xstrdup("engine"), o->msg = xstrdup(msg);
+    } else {
+      run_test(eng, o);
+    }
+    int r = (int)o->result;
+    write_all(fds[1], &r, sizeof r);
+    put_str(fds[1], o->key);
+    put_str(fds[1], o->msg);
+    _exit(0); /* no atexit handlers, no stdio flush of the parent's buffers */
+  }
+  close(fds[1]);
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  for (;;) {
+    if (len == cap) {
+      cap = cap * 2 + 4096;
+      char *nb = realloc(buf, cap);
+      if (!nb) break;
+      buf = nb;
+    }
+    ssize_t n = read(fds[0], buf + len, cap - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    len += (size_t)n;
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  int r;
+  size_t at = sizeof r;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && len >= sizeof r) {
+    memcpy(&r, buf, sizeof r);
+    if (r >= R_PASS && r <= R_REFUSED && get_str(buf, len, &at, &o->key) &&
+        get_str(buf, len, &at, &o->msg)) {
+      o->result = (result_t)r;
+      free(buf);
+      return;
+    }
+  }
+  free(buf);
+  free(o->key), free(o->msg);
+  o->key = o->msg = NULL;
+  char what[256];
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+    snprintf(what, sizeof what, "timed out (over %u s)", limit);
+  else if (WIFSIGNALED(status))
+    snprintf(what, sizeof what, "crashed: signal %d (%s)", WTERMSIG(status),
+             strsignal(WTERMSIG(status)));
+  else
+    snprintf(what, sizeof what, "its process exited with status %d before reporting",
+             WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  child_died(o, what);
+}
+
 /* ---- the list of tests ---- */
 
 static char **tests;
@@ -644,12 +785,13 @@ static const char *short_name(const char *dir) {
 
 static void usage(void) {
   fprintf(stderr, "usage: onnx_backend [--verbose] [--list-failures] [--expect-no-fail] "
-                  "[--root DIR]... [TEST_DIR]...\n");
+                  "[--no-fork] [--timeout S] [--root DIR]... [TEST_DIR]...\n");
   exit(2);
 }
 
 int main(int argc, char **argv) {
-  int verbose = 0, list_failures = 0;
+  int verbose = 0, list_failures = 0, isolate = 1;
+  unsigned limit = 60;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     struct stat st;
@@ -657,6 +799,10 @@ int main(int argc, char **argv) {
       verbose = 1;
     } else if (!strcmp(a, "--list-failures")) {
       list_failures = 1;
+    } else if (!strcmp(a, "--no-fork")) {
+      isolate = 0;
+    } else if (!strcmp(a, "--timeout")) {
+      if (++i >= argc || (limit = (unsigned)strtoul(argv[i], NULL, 10)) == 0) usage();
     } else if (!strcmp(a, "--expect-no-fail")) {
       /* the default */
     } else if (!strcmp(a, "--root")) {
@@ -685,7 +831,7 @@ int main(int argc, char **argv) {
   if (!ntests) usage();
 
   tpu_engine_t *eng = NULL;
-  tpu_status_t rc = tpu_engine_create(NULL, &eng);
+  tpu_status_t rc = isolate ? TPU_OK : tpu_engine_create(NULL, &eng);
   if (rc != TPU_OK) {
     fprintf(stderr, "onnx_backend: tpu_engine_create: %s\n", tpu_strerror(rc));
     return 2;
@@ -698,7 +844,8 @@ int main(int argc, char **argv) {
     outcome_t *o = &out[i];
     o->dir = tests[i];
     o->test = xstrdup(short_name(tests[i]));
-    run_test(eng, o);
+    if (isolate) run_isolated(o, limit);
+    else run_test(eng, o);
     counts[o->result]++;
     if (verbose && !list_failures) {
       printf("%-7s %s%s%s\n", result_names[o->result], o->test, o->msg ? ": " : "",
