@@ -21,7 +21,8 @@
  *            the skips but listed apart, since a valid test model that tpud calls invalid is
  *            either a decoder bug or a limit to write down.
  * Skips are grouped by reason: the op for "op 'X' ... not supported" messages, else the message
- * with names and numbers blanked out. Matches inputs and outputs to the test's files by tensor
+ * with names and numbers blanked out. BFLOAT16 test data comes as UINT16 tensors of the same
+ * bits (numpy has no bfloat16) and is read as BF16. Matches inputs and outputs to the test's files by tensor
  * name, by position when the file names none that fits.
  *
  * Each test runs in its own child process, with its own engine, killed after --timeout seconds
@@ -260,7 +261,11 @@ static void fmt_dims(const int64_t *dims, size_t n, char *out, size_t len) {
 /* Whether a test tensor has a program tensor's dtype and shape; if not, msg says how. */
 static int fits(const tpu_onnx_tensor_t *t, const tpu_graph_io_t *io, const char *kind,
                 char *msg) {
-  int same = tpu_graph_dtype_from_onnx(t->dtype) == io->dtype && t->ndim == (size_t)io->rank;
+  tpu_graph_dtype_t dt = tpu_graph_dtype_from_onnx(t->dtype);
+  /* ONNX's test data stores BFLOAT16 values as UINT16 tensors of the same bits (numpy has no
+   * bfloat16): taken as BF16 where the program wants BF16. */
+  if (t->dtype == TPU_ONNX_UINT16 && io->dtype == TPU_GRAPH_BF16) dt = TPU_GRAPH_BF16;
+  int same = dt == io->dtype && t->ndim == (size_t)io->rank;
   for (size_t d = 0; same && d < t->ndim; d++) same = t->dims[d] == io->dims[d];
   if (same) return 1;
   char want[256], got[256];
