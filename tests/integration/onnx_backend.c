@@ -152,7 +152,7 @@ static void normalize(const char *msg, const char *dir, char *key, size_t len) {
     if (p) msg = p + 2;
   }
   size_t k = 0;
-  for (const char *p = msg; *p && k + 2 < len && k < 120;) {
+  for (const char *p = msg; *p && k + 2 < len;) {
     if (*p == '\'') {
       const char *q = strchr(p + 1, '\'');
       if (q) {
@@ -167,6 +167,11 @@ static void normalize(const char *msg, const char *dir, char *key, size_t len) {
       continue;
     }
     key[k++] = *p++;
+    if (k >= 120 && *p) { /* cut at a word, marked */
+      while (k > 60 && key[k - 1] != ' ') k--;
+      if (k + 4 < len) memcpy(key + k, "...", 3), k += 3;
+      break;
+    }
   }
   key[k] = 0;
 }
