@@ -157,7 +157,7 @@ def main(argv=None):
     p.add_argument("npz", help="input .npz (np.savez of a state dict)")
     p.add_argument("out_dir", help="output version directory, e.g. models/NAME/1")
     p.add_argument("--layers", default=None,
-                   help="comma-separated layer prefixes in execution order (default: every "
+                   help="comma-separated layer prefixes in execution order (default: every 2-D "
                         "'<prefix>.weight' in the npz, in natural sort order: fc2 before fc10)")
     p.add_argument("--activation", default="relu,none",
                    help="comma-separated activation per layer, one of " + ", ".join(ACTIVATIONS) +
@@ -174,14 +174,19 @@ def main(argv=None):
                    help="microseconds a partial batch may wait for more requests")
     p.add_argument("--input-name", default="x", help="name of the input tensor")
     p.add_argument("--output-name", default="y", help="name of the output tensor")
+    p.add_argument("--ignore", default="",
+                   help="comma-separated arrays of the npz that the model truly does not use; "
+                        "any other array the layer chain does not use is an error")
     args = p.parse_args(argv)
 
     sd = np.load(args.npz)
     if args.layers:
         prefixes = [s for s in args.layers.split(",") if s]
     else:
-        prefixes = sorted((k[:-len(".weight")] for k in sd.files if k.endswith(".weight")),
-                          key=_natural_key)
+        # Only 2-D weights are dense layers: a 1-D "<prefix>.weight" (BatchNorm, LayerNorm) is
+        # left unused, and so refused below.
+        prefixes = sorted((k[:-len(".weight")] for k in sd.files
+                           if k.endswith(".weight") and sd[k].ndim == 2), key=_natural_key)
     if not prefixes:
         p.error(f"{args.npz}: no '<layer>.weight' arrays")
 
@@ -201,6 +206,23 @@ def main(argv=None):
         p.error("--buckets: expected comma-separated integers")
     if not buckets or buckets[0] < 1 or any(b >= c for b, c in zip(buckets, buckets[1:])):
         p.error("--buckets: expected strictly increasing positive integers")
+
+    ignored = [s for s in args.ignore.split(",") if s]
+    for name in ignored:
+        if name not in sd.files:
+            p.error(f"--ignore: {args.npz} has no array {name!r}")
+        if any(name in (q + ".weight", q + ".bias") for q in prefixes):
+            p.error(f"--ignore: {name!r} is used by layer {name.rsplit('.', 1)[0]!r}")
+    # An array the dense chain does not use (a BatchNorm's running statistics, an embedding, a
+    # LayerNorm's scale) is almost always part of the model: dropping it silently would serve a
+    # different function. Such a model is a graph, not a chain: it goes through ONNX.
+    used = {q + ".weight" for q in prefixes} | {q + ".bias" for q in prefixes}
+    unused = sorted((k for k in sd.files if k not in used and k not in ignored), key=_natural_key)
+    if unused:
+        p.error(f"{args.npz}: the dense layer chain {','.join(prefixes)} does not use "
+                f"{', '.join(unused)}; a model with other layers (BatchNorm, LayerNorm, "
+                f"embeddings, ...) must be exported as ONNX with tools/export_onnx.py, and "
+                f"arrays that are truly unused can be named with --ignore")
 
     tensors, layers = {}, []
     width = None

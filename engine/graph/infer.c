@@ -385,6 +385,35 @@ static tpu_status_t op_where(ctx_t *c) {
   return set_out(c, 0, x->idtype, r, d);
 }
 
+/* Dropout runs in inference mode only: output 0 is input 0, the optional mask is all true (BOOL
+ * since opset 10, the data's dtype before). Ratio is ignored then; a training_mode known to be
+ * true is refused here, one computed at run time is checked by the kernel. */
+static tpu_status_t op_dropout(ctx_t *c) {
+  tpu_status_t st;
+  if ((st = arity(c, 1, 3, 2)) != TPU_OK) return st;
+  tpu__gtensor_t *x = in_t(c, 0), *ratio = in_t(c, 1), *train = in_t(c, 2);
+  if ((st = need_dtype(c, x, 1)) != TPU_OK) return st;
+  if ((st = attr_float(c, "ratio")) != TPU_OK) return st;
+  if (ratio && (st = need_dtype(c, ratio, 1)) != TPU_OK) return st;
+  if (train) {
+    size_t elems = 0;
+    tpu__graph_count(train->irank, train->idims, 1, &elems, NULL);
+    if (train->idtype != TPU_GRAPH_BOOL)
+      return cfail(c, TPU_EDTYPE, "input '%s' (training_mode) is %s, expected BOOL", train->name,
+                   tpu_graph_dtype_name(train->idtype));
+    if (train->irank > 1 || elems != 1) {
+      char s[SHAPE_STR];
+      return cfail(c, TPU_ESHAPE, "input '%s' (training_mode) must be a scalar, got shape %s",
+                   train->name, shp(train, s));
+    }
+    if (train->val && train->vbytes >= 1 && ((const unsigned char *)train->val)[0])
+      return cfail(c, TPU_ENOTSUP, "input '%s' (training_mode) is true: training mode is not "
+                   "supported, only inference", train->name);
+  }
+  if ((st = set_out(c, 0, x->idtype, x->irank, x->idims)) != TPU_OK) return st;
+  return set_out(c, 1, c->nd->opset < 10 ? x->idtype : TPU_GRAPH_BOOL, x->irank, x->idims);
+}
+
 static tpu_status_t op_gemm(ctx_t *c) {
   tpu_status_t st;
   int64_t ta, tb;
@@ -893,6 +922,7 @@ static const op_rule_t rules[] = {
     {"Abs", op_unary},           {"Exp", op_unary},
     {"Log", op_unary},           {"Identity", op_unary},
     {"Cast", op_cast},           {"Softmax", op_softmax},
+    {"Dropout", op_dropout},
     {"LogSoftmax", op_softmax},  {"LayerNormalization", op_layernorm},
     {"BatchNormalization", op_batchnorm},
     {"ReduceSum", op_reduce},    {"ReduceMean", op_reduce},
