@@ -1026,6 +1026,56 @@ static tpu_status_t parse(const void *buf, size_t len, const char *name, const c
   return TPU_OK;
 }
 
+/* ---- a standalone tensor ---- */
+
+void tpu_onnx_tensor_free(tpu_onnx_tensor_t *t) {
+  if (!t) return;
+  tensor_clear(t);
+  free(t);
+}
+
+tpu_status_t tpu_onnx_tensor_parse(const void *buf, size_t len, const char *name,
+                                   tpu_onnx_tensor_t **out, char *err, size_t errlen) {
+  /* dir NULL: read_external refuses too, but a lone tensor is refused before any other check
+   * with a message that says why (it has no directory, not "no model directory"). */
+  ctx_t c = {.name = name ? name : "tensor.pb", .err = err, .errlen = errlen};
+  if (err && errlen) err[0] = 0;
+  *out = NULL;
+  if (!buf && len) return fail(&c, TPU_EINVAL, "no data");
+  /* Zero bytes are a valid (empty) TensorProto: tensor_from then finds no data_type. */
+  Tpuonnx__TensorProto *tp = tpuonnx__tensor_proto__unpack(NULL, len, buf);
+  if (!tp) {
+    char where[512] = "", why[256] = "";
+    if (locate(buf, (const uint8_t *)buf + len, &tpuonnx__tensor_proto__descriptor, where,
+               sizeof where, why, sizeof why, 0))
+      return fail(&c, TPU_EINVAL, "not a valid ONNX TensorProto: %s%s%s", where,
+                  where[0] ? ": " : "", why);
+    return fail(&c, TPU_EINVAL,
+                "not a valid ONNX TensorProto (protobuf decoding failed: out of memory or a "
+                "value that does not fit its field)");
+  }
+  char what[256];
+  if (tp->name && tp->name[0]) snprintf(what, sizeof what, "tensor '%.200s'", tp->name);
+  else snprintf(what, sizeof what, "tensor");
+  tpu_status_t rc;
+  tpu_onnx_tensor_t *t = NULL;
+  if ((tp->has_data_location && tp->data_location == 1) || tp->n_external_data)
+    rc = fail(&c, TPU_EINVAL,
+              "%s: external data is not supported for a standalone tensor (its bytes must be "
+              "in the file)", what);
+  else if (!(t = calloc(1, sizeof *t)))
+    rc = oom(&c);
+  else
+    rc = tensor_from(&c, what, tp, t);
+  tpuonnx__tensor_proto__free_unpacked(tp, NULL);
+  if (rc != TPU_OK) {
+    tpu_onnx_tensor_free(t);
+    return rc;
+  }
+  *out = t;
+  return TPU_OK;
+}
+
 tpu_status_t tpu_onnx_parse(const void *buf, size_t len, const char *name, const char *dir,
                             tpu_onnx_model_t **out, char *err, size_t errlen) {
   return parse(buf, len, name, dir, UINT64_MAX, out, err, errlen);

@@ -22,7 +22,8 @@
  *     are refused by name.
  * Every refusal returns a message that starts with the model's name and names the node, tensor
  * or input and what was wrong. The description holds no protobuf type; it is freed with one
- * call. No threads, no state; safe from any thread.
+ * call. A standalone TensorProto (ONNX test data's .pb files) is decoded by the same tensor
+ * code, with the same checks. No threads, no state; safe from any thread.
  */
 #ifndef TPU_ONNX_H
 #define TPU_ONNX_H
@@ -180,6 +181,22 @@ tpu_status_t tpu_onnx_parse(const void *buf, size_t len, const char *name, const
 
 /* Frees a description and everything it holds. Accepts NULL. */
 void tpu_onnx_free(tpu_onnx_model_t *m);
+
+/* Decodes `len` bytes at `buf` as one standalone TensorProto (a .pb file of ONNX's test data:
+ * test_data_set_N/input_K.pb). `name` (the file's path) prefixes messages. The same checks as
+ * for an initializer: a known data_type other than STRING, non-negative dims, exactly the data
+ * the dims call for, copied out little-endian. External data is refused (a lone tensor has no
+ * directory to resolve it in). On success *out is a new tensor (tpu_onnx_tensor_free); its
+ * name is "" when the file gives none. On failure *out is NULL and err says why:
+ *   TPU_EINVAL     not a valid TensorProto (truncated, wrong wire types), a check failed, or
+ *                  external data
+ *   TPU_ENOTSUP    a STRING or segmented tensor, 4-bit data not in raw_data
+ *   TPU_EOVERFLOW  the element or byte count overflows      TPU_ENOMEM  out of memory */
+tpu_status_t tpu_onnx_tensor_parse(const void *buf, size_t len, const char *name,
+                                   tpu_onnx_tensor_t **out, char *err, size_t errlen);
+
+/* Frees a tensor from tpu_onnx_tensor_parse. Accepts NULL. */
+void tpu_onnx_tensor_free(tpu_onnx_tensor_t *t);
 
 #ifdef __cplusplus
 }

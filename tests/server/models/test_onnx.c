@@ -2,8 +2,8 @@
  * test_onnx.c - the ONNX decoder: every model of ONNX's own test data (Debian libonnx-testdata)
  * with counts and refusals by reason; hand-built malformed models (made with protobuf-c from
  * proto/onnx.proto, then broken), each refused with a message naming the tensor or node; the
- * external-data rules on real files and symlinks; and a random mutation run that must never
- * crash.
+ * external-data rules on real files and symlinks; a random mutation run that must never
+ * crash; and standalone TensorProto files (the test data's inputs), real and broken.
  */
 #define _GNU_SOURCE /* nftw */
 #include <ftw.h>
@@ -793,6 +793,126 @@ static void test_mutations(void) {
   free(base.buf);
 }
 
+/* ---- standalone tensors (test data's .pb files) ---- */
+
+static uint8_t *read_all(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  uint8_t *buf = NULL;
+  size_t n = 0, cap = 0, got;
+  do {
+    if (n == cap) {
+      cap = cap * 2 + 4096;
+      buf = realloc(buf, cap);
+      CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+    }
+    got = fread(buf + n, 1, cap - n, f);
+    n += got;
+  } while (got);
+  fclose(f);
+  *len = n;
+  return buf;
+}
+
+/* Packs a TensorProto and decodes it; returns the status, *out the tensor (or NULL). */
+static tpu_status_t tensor_roundtrip(const Tpuonnx__TensorProto *tp, tpu_onnx_tensor_t **out,
+                                     char *err, size_t errlen) {
+  size_t n = tpuonnx__tensor_proto__get_packed_size(tp);
+  uint8_t *buf = malloc(n + 1);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+  tpuonnx__tensor_proto__pack(tp, buf);
+  tpu_status_t rc = tpu_onnx_tensor_parse(buf, n, "t.pb", out, err, errlen);
+  free(buf);
+  if (rc != TPU_OK) {
+    CU_ASSERT_PTR_NULL(*out);
+    CU_ASSERT_EQUAL(strncmp(err, "t.pb: ", 6), 0);
+  }
+  return rc;
+}
+
+static void test_tensor_pb(void) {
+  const char *path = TESTDATA "/node/test_add/test_data_set_0/input_0.pb";
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    CU_FAIL("ONNX test data missing: install libonnx-testdata (deploy/deps.sh)");
+    return;
+  }
+  size_t len;
+  uint8_t *buf = read_all(path, &len);
+  char err[1024];
+  tpu_onnx_tensor_t *t = NULL;
+  tpu_status_t rc = tpu_onnx_tensor_parse(buf, len, path, &t, err, sizeof err);
+  if (rc != TPU_OK) fprintf(stderr, "\n  %s\n", err);
+  CU_ASSERT_EQUAL_FATAL(rc, TPU_OK);
+  CU_ASSERT_STRING_EQUAL(t->name, "x");
+  CU_ASSERT_EQUAL(t->dtype, TPU_ONNX_FLOAT);
+  CU_ASSERT_EQUAL_FATAL(t->ndim, 3);
+  CU_ASSERT_EQUAL(t->dims[0], 3);
+  CU_ASSERT_EQUAL(t->dims[1], 4);
+  CU_ASSERT_EQUAL(t->dims[2], 5);
+  CU_ASSERT_EQUAL(t->nelements, 60);
+  CU_ASSERT_EQUAL_FATAL(t->nbytes, 240);
+  CU_ASSERT_EQUAL(t->external, 0);
+  CU_ASSERT_EQUAL((uintptr_t)t->data % 64, 0);
+  /* raw_data is the file's last field: its 240 bytes end the file. */
+  CU_ASSERT_FATAL(len > 240);
+  CU_ASSERT_EQUAL(memcmp(t->data, buf + len - 240, 240), 0);
+  tpu_onnx_tensor_free(t);
+  tpu_onnx_tensor_free(NULL);
+
+  /* Cut into raw_data: refused, naming the field; nothing returned. */
+  t = NULL;
+  rc = tpu_onnx_tensor_parse(buf, len - 5, path, &t, err, sizeof err);
+  CU_ASSERT_EQUAL(rc, TPU_EINVAL);
+  CU_ASSERT_PTR_NULL(t);
+  CU_ASSERT_EQUAL(strncmp(err, path, strlen(path)), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "raw_data"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "truncated"));
+  /* Cut inside the dims' varints at the start. */
+  rc = tpu_onnx_tensor_parse(buf, 1, path, &t, err, sizeof err);
+  CU_ASSERT_EQUAL(rc, TPU_EINVAL);
+  CU_ASSERT_PTR_NULL(t);
+  free(buf);
+
+  /* Zero bytes: a valid empty message with no data_type. */
+  rc = tpu_onnx_tensor_parse("", 0, "t.pb", &t, err, sizeof err);
+  CU_ASSERT_EQUAL(rc, TPU_EINVAL);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "no data_type"));
+
+  /* The initializer checks apply: raw_data of the wrong length, named. */
+  Tpuonnx__TensorProto tp;
+  tpuonnx__tensor_proto__init(&tp);
+  int64_t dims[1] = {2};
+  float vals[2] = {1.5f, -2.0f};
+  tp.name = "t", tp.n_dims = 1, tp.dims = dims, tp.has_data_type = 1,
+  tp.data_type = TPU_ONNX_FLOAT, tp.has_raw_data = 1, tp.raw_data.data = (uint8_t *)vals,
+  tp.raw_data.len = 4;
+  CU_ASSERT_EQUAL(tensor_roundtrip(&tp, &t, err, sizeof err), TPU_EINVAL);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "tensor 't'"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "raw_data holds 4 bytes"));
+  /* The typed field decodes as for an initializer. */
+  tp.has_raw_data = 0, tp.n_float_data = 2, tp.float_data = vals;
+  CU_ASSERT_EQUAL_FATAL(tensor_roundtrip(&tp, &t, err, sizeof err), TPU_OK);
+  CU_ASSERT_EQUAL_FATAL(t->nbytes, sizeof vals);
+  CU_ASSERT_EQUAL(memcmp(t->data, vals, sizeof vals), 0);
+  tpu_onnx_tensor_free(t);
+  /* External data: refused, even with an existing file (no directory to resolve it in). */
+  Tpuonnx__StringStringEntryProto kv, *kvl[1] = {&kv};
+  tpuonnx__string_string_entry_proto__init(&kv);
+  kv.key = "location", kv.value = "input_0.pb";
+  tp.n_float_data = 0, tp.has_data_location = 1, tp.data_location = 1, tp.n_external_data = 1,
+  tp.external_data = kvl;
+  CU_ASSERT_EQUAL(tensor_roundtrip(&tp, &t, err, sizeof err), TPU_EINVAL);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "external data"));
+  /* STRING data: not supported, as for initializers. */
+  tp.has_data_location = 0, tp.n_external_data = 0, tp.data_type = TPU_ONNX_STRING;
+  CU_ASSERT_EQUAL(tensor_roundtrip(&tp, &t, err, sizeof err), TPU_ENOTSUP);
+  /* Not a TensorProto at all: wire type 7. */
+  rc = tpu_onnx_tensor_parse("\x0f\x01", 2, "t.pb", &t, err, sizeof err);
+  CU_ASSERT_EQUAL(rc, TPU_EINVAL);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "wire type"));
+}
+
 static void test_dtype_names(void) {
   CU_ASSERT_STRING_EQUAL(tpu_onnx_dtype_name(TPU_ONNX_FLOAT), "FLOAT");
   CU_ASSERT_STRING_EQUAL(tpu_onnx_dtype_name(TPU_ONNX_BFLOAT16), "BFLOAT16");
@@ -815,4 +935,5 @@ TPU_TEST_SUITE(onnx,
                {"bad_model", test_bad_model},
                {"external", test_external},
                {"mutations", test_mutations},
+               {"tensor_pb", test_tensor_pb},
                {"dtype_names", test_dtype_names});
