@@ -635,14 +635,21 @@ static tpu_status_t prep_dropout(tpu__prep_t *pc, tpu__step_t *s) {
       s->out[1]->dtype != TPU_GRAPH_FP32 && s->out[1]->dtype != TPU_GRAPH_FP64)
     return tpu__prep_fail(pc, TPU_ENOTSUP, "mask '%s' is %s: this kernel writes a BOOL, FP32 or "
                           "FP64 mask", s->out[1]->name, tpu_graph_dtype_name(s->out[1]->dtype));
+  /* Inference only: training_mode must be absent or a constant false (a value known only per
+   * call could switch a served model into random dropout). */
+  const tpu__xt_t *tm = s->nin > 2 ? s->in[2] : NULL;
+  if (tm && !tm->is_const)
+    return tpu__prep_fail(pc, TPU_ENOTSUP, "input '%s' (training_mode) is not a constant: "
+                          "tpud compiles models for inference, so it must be absent or a "
+                          "constant false", tm->name);
+  if (tm && tm->elems && ((const uint8_t *)tm->data)[0])
+    return tpu__prep_fail(pc, TPU_ENOTSUP, "input '%s' (training_mode) is true: training mode "
+                          "is not supported, only inference", tm->name);
   return TPU_OK;
 }
 
 static tpu_status_t run_dropout(tpu__run_ctx_t *rc, tpu__step_t *s) {
-  /* Inference mode only: a training_mode computed as true is refused rather than ignored. */
-  if (s->nin > 2 && s->in[2] && ((const uint8_t *)s->in[2]->data)[0])
-    return tpu__run_fail(rc, TPU_ENOTSUP, "input '%s' (training_mode) is true: training mode "
-                         "is not supported, only inference", s->in[2]->name);
+  (void)rc; /* training_mode was checked at compile time */
   memcpy(s->out[0]->data, s->in[0]->data, s->out[0]->bytes);
   if (s->nout > 1 && s->out[1]) {
     const tpu__xt_t *m = s->out[1];
