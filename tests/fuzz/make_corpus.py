@@ -287,4 +287,45 @@ write("fuzz_grpc", "timeout_ms", b"100m")
 write("fuzz_grpc", "timeout_max", b"99999999H")
 write("fuzz_grpc", "ctype", b"application/grpc+proto")
 write("fuzz_grpc", "message", "model 'x': 100% \u00e9\n".encode())
+# fuzz_graph: a byte-code (tests/fuzz/fuzz_graph.c's DESIGN). Header byte: bits 0-1 batch sizes
+# less one, 2-3 precision (FP32, BF16, INT8), 4-5 input fill mode (raw, small ints, edge values);
+# then the batch sizes, the graph inputs, the items, the outputs, the input bytes.
+G_DT = {"FP32": 0, "INT64": 1, "FP16": 4, "BF16": 5, "FP64": 6, "INT32": 7, "INT8": 8,
+        "UINT8": 9, "BOOL": 10}
+G_DIM = {1: 0, 2: 1, 3: 2, 4: 3, 0: 4, 5: 7, 7: 9, 8: 10, 16: 11, 64: 14}
+G_OPS = ["Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where", "Relu",
+         "LeakyRelu", "Sigmoid", "Tanh", "Erf", "Gelu", "Clip", "Sqrt", "Reciprocal", "Neg", "Abs",
+         "Exp", "Log", "Identity", "Cast", "Softmax", "LogSoftmax", "LayerNormalization",
+         "BatchNormalization", "ReduceSum", "ReduceMean", "ReduceMax", "ArgMax", "Gather",
+         "Concat", "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Identity2",
+         "Constant", "Shape", "Dropout"]
+G_OPSET13 = 0
+def g_shape(dims): return bytes([len(dims)] + [G_DIM[d] for d in dims])
+def g_input(dt, dims, batch): return bytes([G_DT[dt], 1 if batch else 0]) + g_shape(dims)
+def g_init(dt, dims, mode, data=b""): return bytes([len(G_OPS), mode, G_DT[dt]]) + g_shape(dims) + data
+def g_node(op, picks, attrs=b"", nattr=0, f=0):
+    return bytes([G_OPS.index(op), f, G_OPSET13]) + bytes(picks) + bytes([nattr]) + attrs
+def g_prog(prec, fill, batches, inputs, items, data=b"", nout=1):
+    h = fill << 4 | prec << 2 | (len(batches) - 1)
+    return (bytes([h]) + bytes(b - 1 for b in batches) + bytes([len(inputs) - 1]) + b"".join(inputs) +
+            bytes([len(items)]) + b"".join(items) + bytes([nout - 1] + [0] * nout) + data)
+small = bytes(range(0, 40))
+write("fuzz_graph", "mlp", g_prog(0, 1, [1, 3], [g_input("FP32", [2, 4], True)], [
+    g_init("FP32", [4, 3], 1, small[:12]), g_init("FP32", [3], 1, small[:3]),
+    g_node("Gemm", [2, 1, 0]), g_node("Relu", [0]), g_node("Softmax", [0])], small))
+write("fuzz_graph", "mlp_int8", g_prog(2, 1, [2], [g_input("FP32", [2, 4], True)], [
+    g_init("FP32", [4, 3], 1, bytes([5, 6, 0, 1, 2, 3, 8, 9, 10, 11, 12, 13])),
+    g_node("MatMul", [1, 0]), g_node("Sigmoid", [0])], small))
+write("fuzz_graph", "gather_ids", g_prog(0, 1, [1, 2, 4], [g_input("INT64", [2, 3], True)], [
+    g_init("FP32", [5, 4], 1, small[:20]), g_node("Gather", [0, 1])], bytes([1, 4, 0xF9, 7, 2, 3])))
+write("fuzz_graph", "shape_reshape", g_prog(1, 1, [2], [g_input("FP32", [2, 3, 4], True)], [
+    g_node("Shape", [0]), g_node("Reshape", [1, 0]),
+    g_node("Transpose", [0], bytes([0x01, 3, 3, 1, 0]), 1), g_node("Flatten", [0]),
+    g_node("ReduceSum", [0, 0xFF])], small))
+write("fuzz_graph", "layernorm", g_prog(0, 2, [1, 2], [g_input("FP32", [2, 4], True)], [
+    g_init("FP32", [4], 2, bytes([1, 5, 3, 11])), g_init("FP32", [4], 1, small[:4]),
+    g_node("LayerNormalization", [2, 1, 0]), g_node("ArgMax", [0])], small))
+write("fuzz_graph", "where_cast", g_prog(0, 0, [3], [g_input("FP32", [2, 3], True),
+    g_input("BOOL", [3], False)], [g_node("Where", [0, 1, 1]),
+    g_node("Cast", [0], bytes([0x01, 9]), 1), g_node("Concat", [0, 0], bytes([0x01, 1]), 1)], small))
 print("corpus written to", os.path.join(HERE, "corpus"))

@@ -12,7 +12,7 @@ build=$1
 seconds=$2
 shift 2
 all=(fuzz_frame fuzz_validate fuzz_oip_json fuzz_safetensors fuzz_model_config fuzz_audit_verify
-     fuzz_http_parser fuzz_grpc fuzz_onnx)
+     fuzz_http_parser fuzz_grpc fuzz_onnx fuzz_graph)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 jobs=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
@@ -24,6 +24,7 @@ max_len() {
     fuzz_onnx) echo 32768 ;;            # the node tests' models are a few hundred bytes
     fuzz_model_config | fuzz_http_parser) echo 8192 ;;
     fuzz_grpc) echo 1024 ;;             # one header value
+    fuzz_graph) echo 4096 ;;            # a byte-code of a dozen nodes and their input bytes
     *) echo 16384 ;;
   esac
 }
