@@ -356,6 +356,13 @@ static void add_node(rd_t *r, tpu_graph_t *g, pool_t *pl, const op_spec_t *sp) {
                                        ? "ai.onnx" : NULL, opset, (size_t)nin, in,
                                        (size_t)nout, out, &idx);
   check_fail(g, st);
+  if (verbose) {
+    fprintf(stderr, "node %s opset %d (", sp->op, opset);
+    for (int i = 0; i < nin; i++) fprintf(stderr, "%s'%s'", i ? ", " : "", in[i]);
+    fprintf(stderr, ") ->");
+    for (int o = 0; o < nout; o++) fprintf(stderr, " '%s'", out[o]);
+    fprintf(stderr, "\n");
+  }
   if (st != TPU_OK) {
     pl->n = before; /* the graph is as it was: those names are not defined */
     return;
@@ -371,6 +378,11 @@ static void add_init(rd_t *r, tpu_graph_t *g, pool_t *pl) {
   const char *name = new_name(pl);
   tpu_status_t st = tpu_graph_add_initializer(g, name, b.dt, b.rank, b.dims, b.data, b.bytes);
   check_fail(g, st);
+  if (verbose) {
+    fprintf(stderr, "initializer '%s' %s [", name, tpu_graph_dtype_name(b.dt));
+    for (int d = 0; d < b.rank; d++) fprintf(stderr, "%s%lld", d ? "," : "", (long long)b.dims[d]);
+    fprintf(stderr, "] %zu bytes\n", b.bytes);
+  }
   if (st != TPU_OK) pl->n = before;
   free(b.data);
 }
@@ -468,6 +480,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *name = new_name(&pl);
     tpu_status_t st = tpu_graph_add_tensor(g, name, dt, rank, dims);
     check_fail(g, st);
+    if (verbose) {
+      fprintf(stderr, "input '%s' %s [", name, tpu_graph_dtype_name(dt));
+      for (int d = 0; d < rank; d++) fprintf(stderr, "%s%lld", d ? "," : "", (long long)dims[d]);
+      fprintf(stderr, "]\n");
+    }
     if (st != TPU_OK) pl.n = before;
     else inputs[ninputs++] = name;
   }
