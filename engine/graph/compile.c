@@ -11,9 +11,11 @@
  *      all constant is folded: prepared and run once now, its outputs kept as constants, and
  *      no step remains (so Transpose/Reshape/Cast of initializers cost nothing per call).
  *   3. fusion: a Gemm or MatMul with constant weights followed by a bias Add of a constant row
- *      vector, and then by Relu, Sigmoid, Tanh or a last-axis Softmax, where each intermediate
- *      has no other reader and is not a graph output, becomes one step whose engine plan
- *      computes act(A·W + bias) in its epilogue (tpu__prep_t's fuse_bias / fuse_act).
+ *      vector, and then by Relu, Sigmoid, Tanh, exact Gelu (the op, or the five nodes PyTorch
+ *      exports for it: x/√2, Erf, +1, x·_, ·0.5) or a last-axis Softmax, where each
+ *      intermediate has no other reader and is not a graph output, becomes one step whose
+ *      engine plan computes act(A·W + bias) in its epilogue (tpu__prep_t's fuse_bias /
+ *      fuse_act).
  *   4. prepare: each remaining step's kernel works out its parameters (and refuses what it
  *      does not take, naming the node and the dtype).
  *   5. memory: each tensor a step writes lives from that step to its last reader (graph outputs
@@ -97,7 +99,7 @@ static tpu_status_t const_block(tpu_graph_program_t *p, tpu__xt_t *t) {
 
 static int is_act_op(const char *op) {
   return strcmp(op, "Relu") == 0 || strcmp(op, "Sigmoid") == 0 || strcmp(op, "Tanh") == 0 ||
-         strcmp(op, "Softmax") == 0;
+         strcmp(op, "Softmax") == 0 || strcmp(op, "Gelu") == 0;
 }
 
 typedef struct {
@@ -176,6 +178,53 @@ static int row_bias(const tpu__xt_t *b, size_t n) {
   return (size_t)b->dims[b->rank - 1] == n;
 }
 
+/* The one step reading tensor t that is op `op` with t as an input, else -1. */
+static long reader_op(const cctx_t *c, long t, const char *op) {
+  long r = sole_reader(c, t);
+  return r >= 0 && strcmp(c->p->steps[r].op, op) == 0 ? r : -1;
+}
+
+/* Whether step s's operand other than tensor t is a constant scalar close to v. */
+static int other_is(const cctx_t *c, const tpu__step_t *s, long t, double v) {
+  if (s->nin != 2 || !s->in[0] || !s->in[1]) return 0;
+  const tpu__xt_t *x = &c->p->xt[t];
+  const tpu__xt_t *o = s->in[0] == x ? s->in[1] : s->in[1] == x ? s->in[0] : NULL;
+  if (!o || o == x || !o->is_const || o->elems != 1 || o->dtype != TPU_GRAPH_FP32) return 0;
+  double got = *(const float *)o->data;
+  return got > v - 1e-6 * (v < 0 ? -v : v) - 1e-7 && got < v + 1e-6 * (v < 0 ? -v : v) + 1e-7;
+}
+
+/* GELU as exporters spell it (PyTorch's nn.GELU): h/√2 → Erf → +1 → h·_ → ·0.5, the two Muls
+ * in either order of operands. h is read by exactly the Div and the first Mul. Returns the
+ * last step, marking the others dead, or -1. */
+static long gelu_pattern(cctx_t *c, long h, int *dead) {
+  tpu_graph_program_t *p = c->p;
+  if (h < 0 || p->xt[h].pinned || c->readers[h] != 2) return -1;
+  long div = -1, mul = -1;
+  for (size_t i = 0; i < p->nsteps; i++) {
+    const tpu__step_t *s = &p->steps[i];
+    for (size_t k = 0; k < s->nin; k++)
+      if (s->in[k] == &p->xt[h]) {
+        if (strcmp(s->op, "Div") == 0 && k == 0) div = (long)i;
+        else if (strcmp(s->op, "Mul") == 0) mul = (long)i;
+      }
+  }
+  if (div < 0 || mul < 0 || !other_is(c, &p->steps[div], h, 1.4142135623730951)) return -1;
+  long t1 = c->g->nodes[p->steps[div].node].out[0];
+  long erf = reader_op(c, t1, "Erf");
+  if (erf < 0) return -1;
+  long t2 = c->g->nodes[p->steps[erf].node].out[0];
+  long add = reader_op(c, t2, "Add");
+  if (add < 0 || !other_is(c, &p->steps[add], t2, 1.0)) return -1;
+  long t3 = c->g->nodes[p->steps[add].node].out[0];
+  if (sole_reader(c, t3) != mul) return -1;
+  long t4 = c->g->nodes[p->steps[mul].node].out[0];
+  long half = reader_op(c, t4, "Mul");
+  if (half < 0 || !other_is(c, &p->steps[half], t4, 0.5)) return -1;
+  dead[div] = dead[erf] = dead[add] = dead[mul] = dead[half] = 1;
+  return half;
+}
+
 /* Fusion (pass 3) for step i: the activation and bias it takes over from the steps after it
  * (marked dead), its output retargeted to the last of them. */
 static void fuse(cctx_t *c, size_t i, int *dead, tpu_act_t *act, const tpu__xt_t **bias) {
@@ -212,6 +261,12 @@ static void fuse(cctx_t *c, size_t i, int *dead, tpu_act_t *act, const tpu__xt_t
       !(s->in[2]->is_const && s->in[2]->elems == 1))
     return; /* C is added after the product: no activation can join the epilogue */
   (void)took_bias;
+  long gl = gelu_pattern(c, cur, dead);
+  if (gl >= 0) {
+    *act = TPU_ACT_GELU;
+    s->out[0] = c->p->steps[gl].out[0];
+    return;
+  }
   long r = sole_reader(c, cur);
   if (r >= 0 && is_act_op(c->p->steps[r].op)) {
     tpu__step_t *a = &c->p->steps[r];
@@ -219,7 +274,12 @@ static void fuse(cctx_t *c, size_t i, int *dead, tpu_act_t *act, const tpu__xt_t
     if (strcmp(a->op, "Relu") == 0) want = TPU_ACT_RELU;
     else if (strcmp(a->op, "Sigmoid") == 0) want = TPU_ACT_SIGMOID;
     else if (strcmp(a->op, "Tanh") == 0) want = TPU_ACT_TANH;
-    else { /* Softmax over the last axis only, in either opset form */
+    else if (strcmp(a->op, "Gelu") == 0) { /* the exact form only: the engine's GELU */
+      const char *ap = "none";
+      const tpu_graph_attr_t *at = tpu_graph_attr(c->g, a->node, "approximate");
+      if (at && at->type == TPU_GRAPH_ATTR_STRING) ap = at->s;
+      if (strcmp(ap, "none") == 0) want = TPU_ACT_GELU;
+    } else { /* Softmax over the last axis only, in either opset form */
       const tpu__xt_t *x = a->in[0];
       int opset = c->g->nodes[a->node].opset;
       const tpu_graph_attr_t *ax = tpu_graph_attr(c->g, a->node, "axis");
