@@ -146,6 +146,10 @@ static tpu_status_t prepare(cctx_t *c, tpu__step_t *s, tpu_act_t act, const tpu_
   tpu__prep_t pc = {.g = c->g, .node = s->node, .label = s->label, .opset = nd->opset,
                     .engine = c->engine, .precision = node_precision(c, s->node),
                     .fuse_act = act, .fuse_bias = bias};
+  const tpu_graph_program_t *sh = c->opts ? c->opts->share : NULL;
+  for (size_t i = 0; sh && i < sh->nsteps; i++)
+    if (sh->steps[i].node == s->node && sh->steps[i].run == (k ? k->run : NULL))
+      pc.shared = sh->steps[i].params;
   if (!k)
     return tpu__prep_fail(&pc, TPU_ENOTSUP, "op '%s' (opset %d) has no kernel", nd->op,
                           nd->opset);

@@ -70,6 +70,9 @@ typedef struct {
    * must apply in its epilogue, its output view being the fused chain's last tensor. */
   tpu_act_t fuse_act;
   const tpu__xt_t *fuse_bias;
+  /* The params of the same node's step in the program being shared (opts->share), or NULL: a
+   * kernel may reuse what does not depend on the batch size (packed weights), not owning it. */
+  const void *shared;
 } tpu__prep_t;
 
 typedef tpu_status_t (*tpu__prepare_fn)(tpu__prep_t *pc, tpu__step_t *s);

@@ -211,6 +211,10 @@ typedef struct {
   const char *const *fp32_nodes;  /* names of nodes kept in FP32 whatever `precision` says */
   size_t nfp32_nodes;
   uint64_t memory_limit;          /* bytes the program may hold (0: no limit): TPU_ERANGE */
+  const tpu_graph_program_t *share; /* NULL, or a program compiled from the same graph (another
+                                     * batch size, same precision and overrides): its packed
+                                     * weights are reused, not packed again. It must outlive
+                                     * the new program (free sharers first). */
 } tpu_graph_compile_opts_t;
 
 /* Infers the graph for `batch` and compiles it. An op with no kernel, or a dtype its kernel does

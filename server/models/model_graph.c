@@ -167,6 +167,7 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
   uint64_t held = 0;
   for (size_t b = 0; b < cfg->nbuckets; b++) {
     if (cancel && atomic_load(cancel)) return fail(err, errlen, TPU_ECANCELED, ck, "load cancelled");
+    co.share = b ? m->progs[0] : NULL; /* weights packed once, for the first bucket */
     rc = tpu_graph_compile(m->graph, m->engine, (int64_t)cfg->buckets[b], &co, &m->progs[b]);
     if (rc != TPU_OK)
       return fail(err, errlen, rc, ck, "%s%s", tpu_graph_error(m->graph),
@@ -279,7 +280,8 @@ tpu_status_t tpu__model_run_graph(tpu_model_t *m, size_t b, const void *in, void
 }
 
 void tpu__model_free_graph(tpu_model_t *m) {
-  for (size_t b = 0; b < TPU_MODEL_MAX_BUCKETS; b++) tpu_graph_program_free(m->progs[b]);
+  for (size_t b = TPU_MODEL_MAX_BUCKETS; b-- > 0;) /* the first bucket's owns shared weights */
+    tpu_graph_program_free(m->progs[b]);
   for (size_t i = 0; i < TPU_MODEL_MAX_IO; i++) {
     free(m->gin[i]);
     free(m->gout[i]);

@@ -315,6 +315,13 @@ static void test_precision(void) {
   CU_ASSERT_FATAL(tpu_graph_program_input(p3, 0, &io3) == TPU_OK);
   CU_ASSERT_EQUAL(io3.dims[0], 3);
   CU_ASSERT_EQUAL(io3.bytes, 3u * D * 4);
+  /* A program compiled with share reuses the packed weights: same results, less memory. */
+  tpu_graph_compile_opts_t so = {.share = p8};
+  tpu_graph_program_t *s8 = compile(g, 8, &so);
+  CU_ASSERT(tpu_graph_program_memory(s8) + 3u * D * D * 4 <= tpu_graph_program_memory(p8));
+  CU_ASSERT_FATAL(tpu_graph_program_run(s8, in, out) == TPU_OK);
+  CU_ASSERT(memcmp(y, ref, sizeof y) == 0);
+  tpu_graph_program_free(s8); /* sharers first */
   tpu_graph_program_free(p8);
   tpu_graph_program_free(p3);
   /* A memory limit below the program's needs is refused. */
