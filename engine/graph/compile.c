@@ -455,6 +455,9 @@ static tpu_status_t build_views(cctx_t *c) {
     if (gt->is_init) {
       t->data = gt->data;
       t->is_const = 1;
+      t->qdata = gt->qdata;
+      t->qscales = gt->qscales;
+      t->qaxis = gt->qaxis;
     } else if (gt->val && !gt->is_input) {
       if (gt->vbytes != t->bytes)
         return tpu__graph_fail(g, TPU_EINVAL, "tensor '%s': inferred value has %zu bytes, "
@@ -472,6 +475,8 @@ tpu_status_t tpu_graph_compile(tpu_graph_t *g, tpu_engine_t *engine, int64_t bat
   if (!out) return TPU_EINVAL;
   *out = NULL;
   if (!g || !engine) return TPU_EINVAL;
+  if (g->released)
+    return tpu__graph_fail(g, TPU_EINVAL, "compile: the graph's constants were released");
   if (opts && opts->precision != TPU_DTYPE_FP32 && opts->precision != TPU_DTYPE_BF16 &&
       opts->precision != TPU_DTYPE_INT8)
     return tpu__graph_fail(g, TPU_EINVAL, "compile: precision must be FP32, BF16 or INT8");
@@ -628,6 +633,37 @@ uint64_t tpu_graph_program_memory(const tpu_graph_program_t *p) {
   uint64_t b = p->arena_bytes + p->const_bytes + sizeof *p + p->nxt * sizeof *p->xt;
   for (size_t i = 0; i < p->nsteps; i++) b += p->steps[i].param_bytes;
   return b;
+}
+
+uint64_t tpu_graph_release_constants(tpu_graph_t *g, const tpu_graph_program_t *const *progs,
+                                     size_t n) {
+  if (!g || (n && !progs)) return 0;
+  char *used = calloc(g->ntensors + 1, 1);
+  if (!used) return 0;
+  for (size_t k = 0; k < n; k++) {
+    const tpu_graph_program_t *p = progs[k];
+    for (size_t i = 0; p && i < p->nsteps; i++) {
+      const tpu__step_t *s = &p->steps[i];
+      const tpu__gnode_t *nd = &g->nodes[s->node];
+      for (size_t j = 0; j < nd->nin; j++)
+        if (nd->in[j] >= 0 && !(j < 64 && (s->packed_inputs >> j & 1))) used[nd->in[j]] = 1;
+    }
+    for (size_t o = 0; p && o < p->noutputs; o++) used[p->outputs[o]] = 1;
+  }
+  uint64_t freed = 0;
+  for (size_t t = 0; t < g->ntensors; t++) {
+    tpu__gtensor_t *x = &g->tensors[t];
+    if (!x->is_init || used[t] || !x->data) continue;
+    freed += x->bytes;
+    free(x->data);
+    x->data = NULL;
+    free(x->qdata);
+    x->qdata = NULL;
+  }
+  free(used);
+  tpu__graph_clear_inferred(g); /* inferred values may point at released bytes */
+  g->released = 1;
+  return freed;
 }
 
 size_t tpu_graph_program_step_count(const tpu_graph_program_t *p) { return p ? p->nsteps : 0; }

@@ -47,6 +47,9 @@ typedef struct {
   size_t elems, bytes;
   void *data;       /* where its bytes are during a run (graph inputs: set per run) */
   int is_const;     /* an initializer or a folded value: data is fixed and read-only */
+  const int8_t *qdata;   /* initializers set with tpu_graph_set_quantized: q, scales, axis */
+  const float *qscales;
+  int qaxis;
   /* Compiler's bookkeeping. */
   int pinned;       /* a graph output: never fused away (compiler only) */
   long first, last; /* steps that produce and last read it (liveness) */
@@ -89,6 +92,8 @@ struct tpu__step {
   void (*release)(void *params); /* optional: frees what params point to (before free) */
   uint64_t macs, cycles, slots;  /* engine cost of one run (matmul steps) */
   size_t param_bytes;   /* what params hold, for tpu_graph_program_memory */
+  uint64_t packed_inputs; /* bit i: input i's constant bytes were copied at prepare (packed
+                           * weights, a bias in the epilogue) and run never reads them */
   char desc[160];       /* for tpu_graph_program_describe (optional; "" = op and name) */
 };
 

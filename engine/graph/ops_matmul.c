@@ -85,6 +85,15 @@ static tpu_status_t engine_setup(tpu__prep_t *pc, tpu__step_t *s, mm_t *q, const
     }
     tpu_weights_desc_t d = {.compute = pc->precision, .k = q->k, .n = q->n, .layout = layout,
                             .src_dtype = TPU_DTYPE_FP32, .src = src};
+    /* Pre-quantized weights (tpu_graph_set_quantized) with scales along the output channels
+     * (N: dimension 0 of [N][K], 1 of [K][N]) are packed as they are in INT8. */
+    const tpu__xt_t *b = s->in[1];
+    if (pc->precision == TPU_DTYPE_INT8 && alpha == 1.0 && b->qdata &&
+        b->qaxis == (layout == TPU_LAYOUT_NK ? 0 : 1)) {
+      d.src_dtype = TPU_DTYPE_INT8;
+      d.src = b->qdata;
+      d.src_scales = b->qscales;
+    }
     st = tpu_weights_pack(pc->engine, &d, &q->w);
     free(scaled);
     if (st != TPU_OK)
@@ -92,9 +101,10 @@ static tpu_status_t engine_setup(tpu__prep_t *pc, tpu__step_t *s, mm_t *q, const
                             tpu_dtype_name(pc->precision), tpu_strerror(st));
     q->w_owned = 1;
     size_t held = 0, tr = 0;
-    tpu_weights_memory(pc->engine, pc->precision, TPU_DTYPE_FP32, q->k, q->n, &held, &tr);
+    tpu_weights_memory(pc->engine, pc->precision, d.src_dtype, q->k, q->n, &held, &tr);
     s->param_bytes += held;
   }
+  s->packed_inputs |= UINT64_C(1) << 1; /* B lives in the packed weights now */
   tpu_epilogue_t ep = {.bias = bias, .act = q->act, .out_dtype = TPU_DTYPE_FP32};
   st = tpu_plan_create(pc->engine, q->w, q->m, TPU_DTYPE_FP32, &ep, &q->plan);
   if (st != TPU_OK)
@@ -186,6 +196,7 @@ static tpu_status_t gemm_prepare(tpu__prep_t *pc, tpu__step_t *s) {
     const float *cv = c->data;
     for (size_t j = 0; j < q->n; j++) bias[j] = (float)(q->beta * cv[c->elems == 1 ? 0 : j]);
     q->c_after = 0;
+    s->packed_inputs |= UINT64_C(1) << 2; /* C is the epilogue's bias */
   }
   st = engine_setup(pc, s, q, b->data, q->trans_b ? TPU_LAYOUT_NK : TPU_LAYOUT_KN, q->alpha,
                     bias ? bias : q->bias);
