@@ -134,15 +134,21 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
     return fail(err, errlen, TPU_ENOTSUP, ck, "the graph has %zu inputs and %zu outputs; "
                 "tpud serves 1 to %d of each", nin, nout, TPU_MODEL_MAX_IO);
   size_t nbatched = 0;
+  const char *fixed = NULL, *batched = NULL;
   for (size_t i = 0; i < nin; i++) {
     tpu_graph_tensor_info_t ti;
     tpu_graph_tensor(m->graph, (size_t)tpu_graph_input(m->graph, i), &ti);
-    if (ti.rank >= 1 && ti.dims[0] == TPU_GRAPH_BATCH) nbatched++;
+    if (ti.rank >= 1 && ti.dims[0] == TPU_GRAPH_BATCH) {
+      nbatched++;
+      batched = ti.name;
+    } else if (!fixed) {
+      fixed = ti.name;
+    }
   }
   if (nbatched && nbatched != nin)
-    return fail(err, errlen, TPU_ENOTSUP, ck, "%zu of the graph's %zu inputs have a batch "
-                "(symbolic) dimension 0 and the others a fixed one; tpud batches all inputs or "
-                "none", nbatched, nin);
+    return fail(err, errlen, TPU_ENOTSUP, ck, "graph input '%s' has a fixed shape but '%s' has "
+                "a batch (symbolic) dimension 0 (%zu of %zu inputs do); tpud batches all inputs "
+                "or none", fixed, batched, nbatched, nin);
   m->batched = nbatched > 0;
   if (!m->batched) { /* served at its fixed shape: one bucket of one "row", the whole tensor */
     cfg->nbuckets = 1;
