@@ -22,8 +22,11 @@
  *      to the end); tensors are placed largest first at the lowest 64-byte aligned offset that
  *      overlaps no placed tensor alive at the same time. Inputs and outputs of one step are
  *      alive together, so a kernel never writes over what it reads.
- * A run sets the graph inputs' views to the caller's buffers, runs the steps and copies each
- * graph output from its view to the caller (a graph output may be a constant or an input).
+ * A run sets the graph inputs' views, and the views of graph outputs a step writes, to the
+ * caller's buffers (those outputs take no arena bytes and no copy), runs the steps, and copies
+ * the graph outputs that are constants or inputs. Programs compiled with opts->share (other
+ * batch sizes of one model, which runs one at a time) reuse its packed weights and, when it is
+ * big enough, its arena.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,6 +47,7 @@ struct tpu_graph_program {
   int64_t *range_lo, *range_hi; /* per graph input (index ranges; lo > hi: none) */
   unsigned char *arena;
   size_t arena_bytes;
+  int arena_owned;        /* 0: the shared program's (opts->share), big enough for both */
   unsigned char **consts; /* owned constant blocks */
   size_t nconsts, const_bytes;
   char err[512];
@@ -73,7 +77,7 @@ void tpu_graph_program_free(tpu_graph_program_t *p) {
   free(p->steps);
   for (size_t i = 0; i < p->nconsts; i++) free(p->consts[i]);
   free(p->consts);
-  free(p->arena);
+  if (p->arena_owned) free(p->arena);
   free(p->xt);
   free(p->inputs);
   free(p->outputs);
@@ -382,9 +386,11 @@ static tpu_status_t plan_memory(cctx_t *c) {
       if (t && t->first >= 0 && t->last < (long)i) t->last = (long)i;
     }
   }
+  /* A graph output a step writes is written straight into the caller's buffer (set per run,
+   * like the inputs): no arena bytes, no copy. */
   for (size_t o = 0; o < p->noutputs; o++) {
     tpu__xt_t *t = &p->xt[p->outputs[o]];
-    if (t->first >= 0) t->last = (long)p->nsteps;
+    if (t->first >= 0) t->first = -2;
   }
   size_t *order = malloc((p->nxt + 1) * sizeof *order);
   if (!order) return tpu__graph_fail(c->g, TPU_ENOMEM, "compile: out of memory");
@@ -421,14 +427,21 @@ static tpu_status_t plan_memory(cctx_t *c) {
   }
   free(order);
   p->arena_bytes = top;
+  p->arena_bytes = top;
   if (c->opts && c->opts->memory_limit &&
       (uint64_t)top + p->const_bytes > c->opts->memory_limit)
     return tpu__graph_fail(c->g, TPU_ERANGE, "compile: the program needs %zu bytes of "
                            "activations and %zu of constants, above the limit of %llu", top,
                            p->const_bytes, (unsigned long long)c->opts->memory_limit);
-  p->arena = aligned_block(top);
-  if (!p->arena) return tpu__graph_fail(c->g, TPU_ENOMEM, "compile: out of memory (arena)");
-  memset(p->arena, 0, align_up(top ? top : 1));
+  const tpu_graph_program_t *sh = c->opts ? c->opts->share : NULL;
+  if (sh && sh->arena && sh->arena_bytes >= top) { /* one program of a model runs at a time */
+    p->arena = sh->arena;
+  } else {
+    p->arena = aligned_block(top);
+    if (!p->arena) return tpu__graph_fail(c->g, TPU_ENOMEM, "compile: out of memory (arena)");
+    memset(p->arena, 0, align_up(top ? top : 1));
+    p->arena_owned = 1;
+  }
   for (size_t t = 0; t < p->nxt; t++)
     if (p->xt[t].in_arena) p->xt[t].data = p->arena + p->xt[t].offset;
   return TPU_OK;
@@ -574,6 +587,11 @@ tpu_status_t tpu_graph_program_run(tpu_graph_program_t *p, const void *const *in
     if (!inputs[i]) return TPU_EINVAL;
     p->xt[p->inputs[i]].data = (void *)inputs[i];
   }
+  for (size_t o = 0; o < p->noutputs; o++) {
+    tpu__xt_t *t = &p->xt[p->outputs[o]];
+    if (!outputs[o]) return TPU_EINVAL;
+    if (t->first == -2) t->data = outputs[o];
+  }
   tpu__run_ctx_t rc = {.err = p->err, .errlen = sizeof p->err};
   for (size_t i = 0; i < p->nsteps; i++) {
     rc.step = &p->steps[i];
@@ -583,10 +601,9 @@ tpu_status_t tpu_graph_program_run(tpu_graph_program_t *p, const void *const *in
       return st;
     }
   }
-  for (size_t o = 0; o < p->noutputs; o++) {
+  for (size_t o = 0; o < p->noutputs; o++) { /* constants and inputs passed straight through */
     const tpu__xt_t *t = &p->xt[p->outputs[o]];
-    if (!outputs[o]) return TPU_EINVAL;
-    if (t->bytes) memcpy(outputs[o], t->data, t->bytes);
+    if (t->first != -2 && t->bytes) memcpy(outputs[o], t->data, t->bytes);
   }
   return TPU_OK;
 }

@@ -222,8 +222,10 @@ typedef struct {
   uint64_t memory_limit;          /* bytes the program may hold (0: no limit): TPU_ERANGE */
   const tpu_graph_program_t *share; /* NULL, or a program compiled from the same graph (another
                                      * batch size, same precision and overrides): its packed
-                                     * weights are reused, not packed again. It must outlive
-                                     * the new program (free sharers first). */
+                                     * weights are reused, not packed again, and its arena when
+                                     * it is big enough, so the two must never run at the same
+                                     * time (compile the largest batch first and share it). It
+                                     * must outlive the new program (free sharers first). */
 } tpu_graph_compile_opts_t;
 
 /* Infers the graph for `batch` and compiles it. An op with no kernel, or a dtype its kernel does

@@ -171,9 +171,9 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
                                  .nfp32_nodes = cfg->noverrides,
                                  .memory_limit = limit};
   uint64_t held = 0;
-  for (size_t b = 0; b < cfg->nbuckets; b++) {
+  for (size_t b = cfg->nbuckets; b-- > 0;) { /* the largest first: the others share with it */
     if (cancel && atomic_load(cancel)) return fail(err, errlen, TPU_ECANCELED, ck, "load cancelled");
-    co.share = b ? m->progs[0] : NULL; /* weights packed once, for the first bucket */
+    co.share = m->progs[cfg->nbuckets - 1]; /* weights packed once, one arena */
     rc = tpu_graph_compile(m->graph, m->engine, (int64_t)cfg->buckets[b], &co, &m->progs[b]);
     if (rc != TPU_OK)
       return fail(err, errlen, rc, ck, "%s%s", tpu_graph_error(m->graph),
@@ -286,8 +286,10 @@ tpu_status_t tpu__model_run_graph(tpu_model_t *m, size_t b, const void *in, void
 }
 
 void tpu__model_free_graph(tpu_model_t *m) {
-  for (size_t b = TPU_MODEL_MAX_BUCKETS; b-- > 0;) /* the first bucket's owns shared weights */
-    tpu_graph_program_free(m->progs[b]);
+  size_t last = m->cfg ? m->cfg->nbuckets - 1 : 0; /* the largest owns what the others share */
+  for (size_t b = 0; b < TPU_MODEL_MAX_BUCKETS; b++)
+    if (b != last) tpu_graph_program_free(m->progs[b]);
+  tpu_graph_program_free(m->progs[last]);
   for (size_t i = 0; i < TPU_MODEL_MAX_IO; i++) {
     free(m->gin[i]);
     free(m->gout[i]);
