@@ -11,7 +11,8 @@
  *      all constant is folded: prepared and run once now, its outputs kept as constants, and
  *      no step remains (so Transpose/Reshape/Cast of initializers cost nothing per call).
  *   3. fusion: a Gemm or MatMul with constant weights followed by a bias Add of a constant row
- *      vector, and then by Relu, Sigmoid, Tanh, exact Gelu (the op, or the five nodes PyTorch
+ *      vector, then a BatchNormalization over its output channels (folded into the packed
+ *      weights and the bias: scale γ/√(σ²+ε), shift β − μ·scale), and then by Relu, Sigmoid, Tanh, exact Gelu (the op, or the five nodes PyTorch
  *      exports for it: x/√2, Erf, +1, x·_, ·0.5) or a last-axis Softmax, where each
  *      intermediate has no other reader and is not a graph output, becomes one step whose
  *      engine plan computes act(A·W + bias) in its epilogue (tpu__prep_t's fuse_bias /
@@ -28,6 +29,7 @@
  * batch sizes of one model, which runs one at a time) reuse its packed weights and, when it is
  * big enough, its arena.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +111,7 @@ static int is_act_op(const char *op) {
 typedef struct {
   tpu_graph_t *g;
   tpu_graph_program_t *p;
+  float *fold_scale, *fold_shift; /* a BatchNormalization folded by fuse() for prepare() */
   long *readers;  /* per tensor: number of nodes (with steps) reading it */
   long *reader;   /* per tensor: the last such step */
   const tpu_graph_compile_opts_t *opts;
@@ -144,12 +147,14 @@ static tpu_status_t make_step(cctx_t *c, size_t node, tpu__step_t *s) {
   return TPU_OK;
 }
 
-static tpu_status_t prepare(cctx_t *c, tpu__step_t *s, tpu_act_t act, const tpu__xt_t *bias) {
+static tpu_status_t prepare(cctx_t *c, tpu__step_t *s, tpu_act_t act, const tpu__xt_t *bias,
+                            const float *fold_scale, const float *fold_shift) {
   const tpu__gnode_t *nd = &c->g->nodes[s->node];
   const tpu__kernel_t *k = nd->domain[0] ? NULL : tpu__graph_kernel(nd->op);
   tpu__prep_t pc = {.g = c->g, .node = s->node, .label = s->label, .opset = nd->opset,
                     .engine = c->engine, .precision = node_precision(c, s->node),
-                    .fuse_act = act, .fuse_bias = bias};
+                    .fuse_act = act, .fuse_bias = bias, .fold_scale = fold_scale,
+                    .fold_shift = fold_shift};
   const tpu_graph_program_t *sh = c->opts ? c->opts->share : NULL;
   for (size_t i = 0; sh && i < sh->nsteps; i++)
     if (sh->steps[i].node == s->node && sh->steps[i].run == (k ? k->run : NULL))
@@ -165,7 +170,7 @@ static tpu_status_t prepare(cctx_t *c, tpu__step_t *s, tpu_act_t act, const tpu_
 
 /* Runs a step whose inputs are all constant, now, into constant blocks. */
 static tpu_status_t fold(cctx_t *c, tpu__step_t *s) {
-  tpu_status_t st = prepare(c, s, TPU_ACT_NONE, NULL);
+  tpu_status_t st = prepare(c, s, TPU_ACT_NONE, NULL, NULL, NULL);
   if (st != TPU_OK) return st;
   for (size_t i = 0; i < s->nout; i++)
     if (s->out[i] && (st = const_block(c->p, s->out[i])) != TPU_OK)
@@ -233,6 +238,48 @@ static long gelu_pattern(cctx_t *c, long h, int *dead) {
   return half;
 }
 
+/* A BatchNormalization (inference) reading the matmul's [M, N] output `t` as its only reader,
+ * with constant FP32 parameters of N channels, folds into the matmul: scale s = γ/√(σ²+ε),
+ * shift = β − μ·s, into c->fold_scale/fold_shift. Returns 0 when it did. */
+static int bn_fold(cctx_t *c, const tpu__step_t *b, long t, size_t n, const tpu__xt_t *mm_out) {
+  if (strcmp(b->op, "BatchNormalization") != 0 || b->nin != 5 || b->in[0] != &c->p->xt[t] ||
+      mm_out->rank != 2 || mm_out->elems == 0 || n == 0)
+    return -1;
+  for (size_t k = 1; k < b->nout; k++)
+    if (b->out[k]) return -1; /* training outputs wanted */
+  for (size_t k = 1; k < 5; k++) {
+    const tpu__xt_t *x = b->in[k];
+    if (!x || !x->is_const || x->dtype != TPU_GRAPH_FP32 || x->elems != n) return -1;
+  }
+  const tpu_graph_attr_t *tm = tpu_graph_attr(c->g, b->node, "training_mode");
+  if (tm && tm->type == TPU_GRAPH_ATTR_INT && tm->i != 0) return -1;
+  const tpu_graph_attr_t *ea = tpu_graph_attr(c->g, b->node, "epsilon");
+  double eps = ea && ea->type == TPU_GRAPH_ATTR_FLOAT ? ea->f : 1e-5;
+  float *sc = malloc(n * sizeof *sc), *sh = malloc(n * sizeof *sh);
+  if (!sc || !sh) {
+    free(sc);
+    free(sh);
+    return -1;
+  }
+  const float *gamma = b->in[1]->data, *beta = b->in[2]->data, *mean = b->in[3]->data,
+              *var = b->in[4]->data;
+  for (size_t j = 0; j < n; j++) {
+    double sj = gamma[j] / sqrt((double)var[j] + eps);
+    sc[j] = (float)sj;
+    sh[j] = (float)(beta[j] - mean[j] * sj);
+    if (!isfinite(sc[j]) || !isfinite(sh[j])) {
+      free(sc);
+      free(sh);
+      return -1; /* leave a degenerate one to its own kernel */
+    }
+  }
+  free(c->fold_scale);
+  free(c->fold_shift);
+  c->fold_scale = sc;
+  c->fold_shift = sh;
+  return 0;
+}
+
 /* Fusion (pass 3) for step i: the activation and bias it takes over from the steps after it
  * (marked dead), its output retargeted to the last of them. */
 static void fuse(cctx_t *c, size_t i, int *dead, tpu_act_t *act, const tpu__xt_t **bias) {
@@ -269,6 +316,13 @@ static void fuse(cctx_t *c, size_t i, int *dead, tpu_act_t *act, const tpu__xt_t
       !(s->in[2]->is_const && s->in[2]->elems == 1))
     return; /* C is added after the product: no activation can join the epilogue */
   (void)took_bias;
+  long bn = sole_reader(c, cur);
+  if (bn >= 0 && bn_fold(c, &c->p->steps[bn], cur, n, s->out[0]) == 0) {
+    dead[bn] = 1;
+    last = &c->p->steps[bn];
+    s->out[0] = last->out[0];
+    cur = c->g->nodes[last->node].out[0];
+  }
   long gl = gelu_pattern(c, cur, dead);
   if (gl >= 0) {
     *act = TPU_ACT_GELU;
@@ -554,7 +608,11 @@ tpu_status_t tpu_graph_compile(tpu_graph_t *g, tpu_engine_t *engine, int64_t bat
     tpu_act_t act;
     const tpu__xt_t *bias;
     fuse(&c, i, dead, &act, &bias);
-    if ((st = prepare(&c, &p->steps[i], act, bias)) != TPU_OK) goto fail;
+    st = prepare(&c, &p->steps[i], act, bias, c.fold_scale, c.fold_shift);
+    free(c.fold_scale);
+    free(c.fold_shift);
+    c.fold_scale = c.fold_shift = NULL;
+    if (st != TPU_OK) goto fail;
   }
   size_t live = 0;
   for (size_t i = 0; i < p->nsteps; i++) {

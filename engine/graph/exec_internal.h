@@ -73,6 +73,10 @@ typedef struct {
    * must apply in its epilogue, its output view being the fused chain's last tensor. */
   tpu_act_t fuse_act;
   const tpu__xt_t *fuse_bias;
+  /* A BatchNormalization after the matmul, folded (N floats each, or NULL): output channel j
+   * becomes y_j·fold_scale[j] + fold_shift[j], before fuse_act (the weights and the bias are
+   * scaled at pack time). */
+  const float *fold_scale, *fold_shift;
   /* The params of the same node's step in the program being shared (opts->share), or NULL: a
    * kernel may reuse what does not depend on the batch size (packed weights), not owning it. */
   const void *shared;

@@ -184,6 +184,9 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
                   "bytes, more than the model memory limit of %llu; use fewer or smaller "
                   "buckets", b + 1, (unsigned long long)held, (unsigned long long)limit);
   }
+  /* Weights packed into plans are not kept twice. */
+  tpu_graph_release_constants(m->graph, (const tpu_graph_program_t *const *)m->progs,
+                              cfg->nbuckets);
   /* Inputs and outputs from the largest bucket's program; every bucket must agree. */
   const tpu_graph_program_t *big = m->progs[cfg->nbuckets - 1];
   size_t off = 0;

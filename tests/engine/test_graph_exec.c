@@ -391,6 +391,59 @@ static void test_gelu_pattern(void) {
   }
 }
 
+
+/* Gemm → BatchNormalization → Relu (a PyTorch MLP with BatchNorm1d, eval mode) folds into one
+ * engine plan and agrees with relu(γ·(x·Wᵀ + b − μ)/√(σ²+ε) + β). */
+static void test_batchnorm_fold(void) {
+  static float w[N * K], b[N], x[M * K], y[M * N], gam[N], bet[N], mu[N], var[N];
+  fill(w, N * K);
+  fill(b, N);
+  fill(x, M * K);
+  fill(gam, N);
+  fill(bet, N);
+  fill(mu, N);
+  fill(var, N);
+  for (int j = 0; j < N; j++) var[j] = var[j] * var[j] + 0.1f;
+  tpu_graph_t *g = mk();
+  int64_t xd[] = {TPU_GRAPH_BATCH, K}, wd[] = {N, K}, bd[] = {N};
+  input(g, "x", 2, xd);
+  init(g, "W", 2, wd, w, N * K);
+  init(g, "b", 1, bd, b, N);
+  init(g, "gamma", 1, bd, gam, N);
+  init(g, "beta", 1, bd, bet, N);
+  init(g, "mean", 1, bd, mu, N);
+  init(g, "var", 1, bd, var, N);
+  const char *gin[] = {"x", "W", "b"}, *bn_in[] = {"h", "gamma", "beta", "mean", "var"},
+             *r_in[] = {"n"};
+  size_t gn = node(g, "fc", "Gemm", 3, gin, "h");
+  attr_i(g, gn, "transB", 1);
+  size_t bn = node(g, "bn", "BatchNormalization", 5, bn_in, "n");
+  attr_f(g, bn, "epsilon", 1e-3f);
+  node(g, "act", "Relu", 1, r_in, "y");
+  io(g, "x", "y");
+  tpu_graph_program_t *p = compile(g, M, NULL);
+  CU_ASSERT_EQUAL(tpu_graph_program_step_count(p), 1);
+  char desc[512];
+  tpu_graph_program_describe(p, desc, sizeof desc);
+  CU_ASSERT_PTR_NOT_NULL(strstr(desc, "batchnorm relu"));
+  const void *in[] = {x};
+  void *out[] = {y};
+  CU_ASSERT_FATAL(tpu_graph_program_run(p, in, out) == TPU_OK);
+  double worst = 0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double h = b[j];
+      for (int k = 0; k < K; k++) h += (double)x[i * K + k] * w[j * K + k];
+      double v = gam[j] * (h - mu[j]) / sqrt((double)var[j] + 1e-3) + bet[j];
+      v = v > 0 ? v : 0;
+      double e = fabs(y[i * N + j] - v) - 1e-5 * fabs(v);
+      if (e > worst) worst = e;
+    }
+  CU_ASSERT(worst < 1e-5);
+  tpu_graph_program_free(p);
+  tpu_graph_free(g);
+}
+
 static void test_arguments(void) {
   tpu_graph_program_t *p = (tpu_graph_program_t *)&p;
   CU_ASSERT_EQUAL(tpu_graph_compile(NULL, engine(), 1, NULL, &p), TPU_EINVAL);
@@ -405,6 +458,7 @@ TPU_TEST_SUITE(graph_exec,
                {"gemm_fused", test_gemm_fused},
                {"matmul_add_fused", test_matmul_add_fused},
                {"gelu_pattern", test_gelu_pattern},
+               {"batchnorm_fold", test_batchnorm_fold},
                {"matmul_tensors", test_matmul_tensors},
                {"folding_and_trans_a", test_folding_and_trans_a},
                {"precision", test_precision},
