@@ -136,6 +136,7 @@ typedef struct {
 extern const tpu__kernel_t tpu__kernels_elementwise[]; /* ops_elementwise.c */
 extern const tpu__kernel_t tpu__kernels_tensor[];      /* ops_tensor.c */
 extern const tpu__kernel_t tpu__kernels_matmul[];      /* ops_matmul.c */
+extern const tpu__kernel_t tpu__kernels_quant[];       /* ops_quant.c */
 
 /* The kernel of an op in the default domain, or NULL. */
 const tpu__kernel_t *tpu__graph_kernel(const char *op);
