@@ -6,7 +6,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR     ?= $(if $(CI),ON,OFF)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test run bench clean deploy-test fuzz test-asan test-tsan
+.PHONY: all deps configure build test run bench bench-onnx clean deploy-test fuzz test-asan test-tsan
 
 all: build
 
@@ -30,6 +30,15 @@ bench:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DTPUD_WERROR=$(WERROR) -DTPUD_BUILD_BENCH=ON $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 	@$(BUILD)/bench/engine_bench $(BENCH_ARGS)
+	@bench/onnx_vs_ort.sh $(BUILD) .
+
+# Only the ONNX comparison (tpud's graph path vs ONNX Runtime and vs the dense chain):
+# bench/onnx_vs_ort.sh; ONNX_BENCH_ENV passes its settings, e.g. "REPS=3 SERVER=0".
+bench-onnx:
+	@deploy/deps.sh bench
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DTPUD_WERROR=$(WERROR) -DTPUD_BUILD_BENCH=ON $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+	@env $(ONNX_BENCH_ENV) bench/onnx_vs_ort.sh $(BUILD) .
 
 # The deployment files built and run for real: container image (podman), manifests validated
 # offline, HAProxy failover of three replicas (deploy/test_deploy.sh). Needs `make build` first,

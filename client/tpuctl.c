@@ -597,8 +597,24 @@ static const char *flag_name(unsigned bit) {
 
 int main(int argc, char **argv) {
 #ifdef TPUCTL_AUDIT
-  /* Offline: reads log files, talks to no server; its own flags (audit_verify.h). */
-  if (argc > 1 && strcmp(argv[1], "audit") == 0) {
+  /* Offline: reads log files, talks to no server; its own flags (audit_verify.h). Global
+   * flags before it (--addr, --timeout, ...) are accepted and have nothing to act on. */
+  int at = 1;
+  static const char *const global[] = {"--addr", "--tls-ca", "--tls-cert", "--tls-key",
+                                       "--token", "--timeout", NULL};
+  while (at < argc && strncmp(argv[at], "--", 2) == 0) {
+    int known = 0;
+    for (const char *const *g = global; *g && !known; g++) {
+      size_t n = strlen(*g);
+      if (strncmp(argv[at], *g, n) == 0 && argv[at][n] == '=') known = 1;
+      else if (strcmp(argv[at], *g) == 0) known = 2;
+    }
+    if (!known) break;
+    at += known;
+  }
+  if (at < argc && strcmp(argv[at], "audit") == 0) {
+    argc -= at - 1;
+    argv += at - 1;
     if (argc > 2 && strcmp(argv[2], "verify") == 0)
       return tpu_audit_verify_cli(argc - 2, argv + 2, stdout, stderr);
     if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {

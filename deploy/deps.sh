@@ -20,7 +20,8 @@ build_pkgs=(
   # suite (tests/server/models/test_onnx.c) decodes every one, and fuzz_onnx seeds from them.
   libonnx-testdata
 )
-bench_pkgs=(libdnnl-dev libopenblas-dev g++ nghttp2-client)
+# bench/onnx_vs_ort.sh: python3-onnx writes its ONNX models, Node runs onnxruntime-node.
+bench_pkgs=(libdnnl-dev libopenblas-dev g++ nghttp2-client python3-onnx nodejs)
 fuzz_pkgs=(clang libclang-rt-14-dev)
 # runc is listed so that podman's "crun | runc" dependency is met by runc.
 deploy_pkgs=(podman buildah runc debootstrap haproxy docker-compose ca-certificates)
@@ -29,7 +30,10 @@ want=("${build_pkgs[@]}")
 for group in "$@"; do
   case "$group" in
     build) ;;
-    bench) want+=("${bench_pkgs[@]}") ;;
+    bench)
+      want+=("${bench_pkgs[@]}")
+      command -v npm >/dev/null || want+=(npm)
+      ;;
     fuzz) want+=("${fuzz_pkgs[@]}") ;;
     deploy)
       want+=("${deploy_pkgs[@]}")

@@ -11,18 +11,25 @@
  *      all constant is folded: prepared and run once now, its outputs kept as constants, and
  *      no step remains (so Transpose/Reshape/Cast of initializers cost nothing per call).
  *   3. fusion: a Gemm or MatMul with constant weights followed by a bias Add of a constant row
- *      vector, and then by Relu, Sigmoid, Tanh or a last-axis Softmax, where each intermediate
- *      has no other reader and is not a graph output, becomes one step whose engine plan
- *      computes act(A·W + bias) in its epilogue (tpu__prep_t's fuse_bias / fuse_act).
+ *      vector, then a BatchNormalization over its output channels (folded into the packed
+ *      weights and the bias: scale γ/√(σ²+ε), shift β − μ·scale), and then by Relu, Sigmoid, Tanh, exact Gelu (the op, or the five nodes PyTorch
+ *      exports for it: x/√2, Erf, +1, x·_, ·0.5) or a last-axis Softmax, where each
+ *      intermediate has no other reader and is not a graph output, becomes one step whose
+ *      engine plan computes act(A·W + bias) in its epilogue (tpu__prep_t's fuse_bias /
+ *      fuse_act).
  *   4. prepare: each remaining step's kernel works out its parameters (and refuses what it
  *      does not take, naming the node and the dtype).
  *   5. memory: each tensor a step writes lives from that step to its last reader (graph outputs
  *      to the end); tensors are placed largest first at the lowest 64-byte aligned offset that
  *      overlaps no placed tensor alive at the same time. Inputs and outputs of one step are
  *      alive together, so a kernel never writes over what it reads.
- * A run sets the graph inputs' views to the caller's buffers, runs the steps and copies each
- * graph output from its view to the caller (a graph output may be a constant or an input).
+ * A run sets the graph inputs' views, and the views of graph outputs a step writes, to the
+ * caller's buffers (those outputs take no arena bytes and no copy), runs the steps, and copies
+ * the graph outputs that are constants or inputs. Programs compiled with opts->share (other
+ * batch sizes of one model, which runs one at a time) reuse its packed weights and, when it is
+ * big enough, its arena.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +49,7 @@ struct tpu_graph_program {
   int64_t *range_lo, *range_hi; /* per graph input (index ranges; lo > hi: none) */
   unsigned char *arena;
   size_t arena_bytes;
+  int arena_owned;        /* 0: the shared program's (opts->share), big enough for both */
   unsigned char **consts; /* owned constant blocks */
   size_t nconsts, const_bytes;
   char err[512];
@@ -71,7 +79,7 @@ void tpu_graph_program_free(tpu_graph_program_t *p) {
   free(p->steps);
   for (size_t i = 0; i < p->nconsts; i++) free(p->consts[i]);
   free(p->consts);
-  free(p->arena);
+  if (p->arena_owned) free(p->arena);
   free(p->xt);
   free(p->inputs);
   free(p->outputs);
@@ -97,12 +105,13 @@ static tpu_status_t const_block(tpu_graph_program_t *p, tpu__xt_t *t) {
 
 static int is_act_op(const char *op) {
   return strcmp(op, "Relu") == 0 || strcmp(op, "Sigmoid") == 0 || strcmp(op, "Tanh") == 0 ||
-         strcmp(op, "Softmax") == 0;
+         strcmp(op, "Softmax") == 0 || strcmp(op, "Gelu") == 0;
 }
 
 typedef struct {
   tpu_graph_t *g;
   tpu_graph_program_t *p;
+  float *fold_scale, *fold_shift; /* a BatchNormalization folded by fuse() for prepare() */
   long *readers;  /* per tensor: number of nodes (with steps) reading it */
   long *reader;   /* per tensor: the last such step */
   const tpu_graph_compile_opts_t *opts;
@@ -138,12 +147,18 @@ static tpu_status_t make_step(cctx_t *c, size_t node, tpu__step_t *s) {
   return TPU_OK;
 }
 
-static tpu_status_t prepare(cctx_t *c, tpu__step_t *s, tpu_act_t act, const tpu__xt_t *bias) {
+static tpu_status_t prepare(cctx_t *c, tpu__step_t *s, tpu_act_t act, const tpu__xt_t *bias,
+                            const float *fold_scale, const float *fold_shift) {
   const tpu__gnode_t *nd = &c->g->nodes[s->node];
   const tpu__kernel_t *k = nd->domain[0] ? NULL : tpu__graph_kernel(nd->op);
   tpu__prep_t pc = {.g = c->g, .node = s->node, .label = s->label, .opset = nd->opset,
                     .engine = c->engine, .precision = node_precision(c, s->node),
-                    .fuse_act = act, .fuse_bias = bias};
+                    .fuse_act = act, .fuse_bias = bias, .fold_scale = fold_scale,
+                    .fold_shift = fold_shift};
+  const tpu_graph_program_t *sh = c->opts ? c->opts->share : NULL;
+  for (size_t i = 0; sh && i < sh->nsteps; i++)
+    if (sh->steps[i].node == s->node && sh->steps[i].run == (k ? k->run : NULL))
+      pc.shared = sh->steps[i].params;
   if (!k)
     return tpu__prep_fail(&pc, TPU_ENOTSUP, "op '%s' (opset %d) has no kernel", nd->op,
                           nd->opset);
@@ -155,7 +170,7 @@ static tpu_status_t prepare(cctx_t *c, tpu__step_t *s, tpu_act_t act, const tpu_
 
 /* Runs a step whose inputs are all constant, now, into constant blocks. */
 static tpu_status_t fold(cctx_t *c, tpu__step_t *s) {
-  tpu_status_t st = prepare(c, s, TPU_ACT_NONE, NULL);
+  tpu_status_t st = prepare(c, s, TPU_ACT_NONE, NULL, NULL, NULL);
   if (st != TPU_OK) return st;
   for (size_t i = 0; i < s->nout; i++)
     if (s->out[i] && (st = const_block(c->p, s->out[i])) != TPU_OK)
@@ -174,6 +189,95 @@ static long sole_reader(const cctx_t *c, long t) {
 static int row_bias(const tpu__xt_t *b, size_t n) {
   if (!b || !b->is_const || b->dtype != TPU_GRAPH_FP32 || b->elems != n || b->rank < 1) return 0;
   return (size_t)b->dims[b->rank - 1] == n;
+}
+
+/* The one step reading tensor t that is op `op` with t as an input, else -1. */
+static long reader_op(const cctx_t *c, long t, const char *op) {
+  long r = sole_reader(c, t);
+  return r >= 0 && strcmp(c->p->steps[r].op, op) == 0 ? r : -1;
+}
+
+/* Whether step s's operand other than tensor t is a constant scalar close to v. */
+static int other_is(const cctx_t *c, const tpu__step_t *s, long t, double v) {
+  if (s->nin != 2 || !s->in[0] || !s->in[1]) return 0;
+  const tpu__xt_t *x = &c->p->xt[t];
+  const tpu__xt_t *o = s->in[0] == x ? s->in[1] : s->in[1] == x ? s->in[0] : NULL;
+  if (!o || o == x || !o->is_const || o->elems != 1 || o->dtype != TPU_GRAPH_FP32) return 0;
+  double got = *(const float *)o->data;
+  return got > v - 1e-6 * (v < 0 ? -v : v) - 1e-7 && got < v + 1e-6 * (v < 0 ? -v : v) + 1e-7;
+}
+
+/* GELU as exporters spell it (PyTorch's nn.GELU): h/√2 → Erf → +1 → h·_ → ·0.5, the two Muls
+ * in either order of operands. h is read by exactly the Div and the first Mul. Returns the
+ * last step, marking the others dead, or -1. */
+static long gelu_pattern(cctx_t *c, long h, int *dead) {
+  tpu_graph_program_t *p = c->p;
+  if (h < 0 || p->xt[h].pinned || c->readers[h] != 2) return -1;
+  long div = -1, mul = -1;
+  for (size_t i = 0; i < p->nsteps; i++) {
+    const tpu__step_t *s = &p->steps[i];
+    for (size_t k = 0; k < s->nin; k++)
+      if (s->in[k] == &p->xt[h]) {
+        if (strcmp(s->op, "Div") == 0 && k == 0) div = (long)i;
+        else if (strcmp(s->op, "Mul") == 0) mul = (long)i;
+      }
+  }
+  if (div < 0 || mul < 0 || !other_is(c, &p->steps[div], h, 1.4142135623730951)) return -1;
+  long t1 = c->g->nodes[p->steps[div].node].out[0];
+  long erf = reader_op(c, t1, "Erf");
+  if (erf < 0) return -1;
+  long t2 = c->g->nodes[p->steps[erf].node].out[0];
+  long add = reader_op(c, t2, "Add");
+  if (add < 0 || !other_is(c, &p->steps[add], t2, 1.0)) return -1;
+  long t3 = c->g->nodes[p->steps[add].node].out[0];
+  if (sole_reader(c, t3) != mul) return -1;
+  long t4 = c->g->nodes[p->steps[mul].node].out[0];
+  long half = reader_op(c, t4, "Mul");
+  if (half < 0 || !other_is(c, &p->steps[half], t4, 0.5)) return -1;
+  dead[div] = dead[erf] = dead[add] = dead[mul] = dead[half] = 1;
+  return half;
+}
+
+/* A BatchNormalization (inference) reading the matmul's [M, N] output `t` as its only reader,
+ * with constant FP32 parameters of N channels, folds into the matmul: scale s = γ/√(σ²+ε),
+ * shift = β − μ·s, into c->fold_scale/fold_shift. Returns 0 when it did. */
+static int bn_fold(cctx_t *c, const tpu__step_t *b, long t, size_t n, const tpu__xt_t *mm_out) {
+  if (strcmp(b->op, "BatchNormalization") != 0 || b->nin != 5 || b->in[0] != &c->p->xt[t] ||
+      mm_out->rank != 2 || mm_out->elems == 0 || n == 0)
+    return -1;
+  for (size_t k = 1; k < b->nout; k++)
+    if (b->out[k]) return -1; /* training outputs wanted */
+  for (size_t k = 1; k < 5; k++) {
+    const tpu__xt_t *x = b->in[k];
+    if (!x || !x->is_const || x->dtype != TPU_GRAPH_FP32 || x->elems != n) return -1;
+  }
+  const tpu_graph_attr_t *tm = tpu_graph_attr(c->g, b->node, "training_mode");
+  if (tm && tm->type == TPU_GRAPH_ATTR_INT && tm->i != 0) return -1;
+  const tpu_graph_attr_t *ea = tpu_graph_attr(c->g, b->node, "epsilon");
+  double eps = ea && ea->type == TPU_GRAPH_ATTR_FLOAT ? ea->f : 1e-5;
+  float *sc = malloc(n * sizeof *sc), *sh = malloc(n * sizeof *sh);
+  if (!sc || !sh) {
+    free(sc);
+    free(sh);
+    return -1;
+  }
+  const float *gamma = b->in[1]->data, *beta = b->in[2]->data, *mean = b->in[3]->data,
+              *var = b->in[4]->data;
+  for (size_t j = 0; j < n; j++) {
+    double sj = gamma[j] / sqrt((double)var[j] + eps);
+    sc[j] = (float)sj;
+    sh[j] = (float)(beta[j] - mean[j] * sj);
+    if (!isfinite(sc[j]) || !isfinite(sh[j])) {
+      free(sc);
+      free(sh);
+      return -1; /* leave a degenerate one to its own kernel */
+    }
+  }
+  free(c->fold_scale);
+  free(c->fold_shift);
+  c->fold_scale = sc;
+  c->fold_shift = sh;
+  return 0;
 }
 
 /* Fusion (pass 3) for step i: the activation and bias it takes over from the steps after it
@@ -212,6 +316,19 @@ static void fuse(cctx_t *c, size_t i, int *dead, tpu_act_t *act, const tpu__xt_t
       !(s->in[2]->is_const && s->in[2]->elems == 1))
     return; /* C is added after the product: no activation can join the epilogue */
   (void)took_bias;
+  long bn = sole_reader(c, cur);
+  if (bn >= 0 && bn_fold(c, &c->p->steps[bn], cur, n, s->out[0]) == 0) {
+    dead[bn] = 1;
+    last = &c->p->steps[bn];
+    s->out[0] = last->out[0];
+    cur = c->g->nodes[last->node].out[0];
+  }
+  long gl = gelu_pattern(c, cur, dead);
+  if (gl >= 0) {
+    *act = TPU_ACT_GELU;
+    s->out[0] = c->p->steps[gl].out[0];
+    return;
+  }
   long r = sole_reader(c, cur);
   if (r >= 0 && is_act_op(c->p->steps[r].op)) {
     tpu__step_t *a = &c->p->steps[r];
@@ -219,7 +336,12 @@ static void fuse(cctx_t *c, size_t i, int *dead, tpu_act_t *act, const tpu__xt_t
     if (strcmp(a->op, "Relu") == 0) want = TPU_ACT_RELU;
     else if (strcmp(a->op, "Sigmoid") == 0) want = TPU_ACT_SIGMOID;
     else if (strcmp(a->op, "Tanh") == 0) want = TPU_ACT_TANH;
-    else { /* Softmax over the last axis only, in either opset form */
+    else if (strcmp(a->op, "Gelu") == 0) { /* the exact form only: the engine's GELU */
+      const char *ap = "none";
+      const tpu_graph_attr_t *at = tpu_graph_attr(c->g, a->node, "approximate");
+      if (at && at->type == TPU_GRAPH_ATTR_STRING) ap = at->s;
+      if (strcmp(ap, "none") == 0) want = TPU_ACT_GELU;
+    } else { /* Softmax over the last axis only, in either opset form */
       const tpu__xt_t *x = a->in[0];
       int opset = c->g->nodes[a->node].opset;
       const tpu_graph_attr_t *ax = tpu_graph_attr(c->g, a->node, "axis");
@@ -318,9 +440,11 @@ static tpu_status_t plan_memory(cctx_t *c) {
       if (t && t->first >= 0 && t->last < (long)i) t->last = (long)i;
     }
   }
+  /* A graph output a step writes is written straight into the caller's buffer (set per run,
+   * like the inputs): no arena bytes, no copy. */
   for (size_t o = 0; o < p->noutputs; o++) {
     tpu__xt_t *t = &p->xt[p->outputs[o]];
-    if (t->first >= 0) t->last = (long)p->nsteps;
+    if (t->first >= 0) t->first = -2;
   }
   size_t *order = malloc((p->nxt + 1) * sizeof *order);
   if (!order) return tpu__graph_fail(c->g, TPU_ENOMEM, "compile: out of memory");
@@ -357,14 +481,21 @@ static tpu_status_t plan_memory(cctx_t *c) {
   }
   free(order);
   p->arena_bytes = top;
+  p->arena_bytes = top;
   if (c->opts && c->opts->memory_limit &&
       (uint64_t)top + p->const_bytes > c->opts->memory_limit)
     return tpu__graph_fail(c->g, TPU_ERANGE, "compile: the program needs %zu bytes of "
                            "activations and %zu of constants, above the limit of %llu", top,
                            p->const_bytes, (unsigned long long)c->opts->memory_limit);
-  p->arena = aligned_block(top);
-  if (!p->arena) return tpu__graph_fail(c->g, TPU_ENOMEM, "compile: out of memory (arena)");
-  memset(p->arena, 0, align_up(top ? top : 1));
+  const tpu_graph_program_t *sh = c->opts ? c->opts->share : NULL;
+  if (sh && sh->arena && sh->arena_bytes >= top) { /* one program of a model runs at a time */
+    p->arena = sh->arena;
+  } else {
+    p->arena = aligned_block(top);
+    if (!p->arena) return tpu__graph_fail(c->g, TPU_ENOMEM, "compile: out of memory (arena)");
+    memset(p->arena, 0, align_up(top ? top : 1));
+    p->arena_owned = 1;
+  }
   for (size_t t = 0; t < p->nxt; t++)
     if (p->xt[t].in_arena) p->xt[t].data = p->arena + p->xt[t].offset;
   return TPU_OK;
@@ -391,6 +522,9 @@ static tpu_status_t build_views(cctx_t *c) {
     if (gt->is_init) {
       t->data = gt->data;
       t->is_const = 1;
+      t->qdata = gt->qdata;
+      t->qscales = gt->qscales;
+      t->qaxis = gt->qaxis;
     } else if (gt->val && !gt->is_input) {
       if (gt->vbytes != t->bytes)
         return tpu__graph_fail(g, TPU_EINVAL, "tensor '%s': inferred value has %zu bytes, "
@@ -408,6 +542,8 @@ tpu_status_t tpu_graph_compile(tpu_graph_t *g, tpu_engine_t *engine, int64_t bat
   if (!out) return TPU_EINVAL;
   *out = NULL;
   if (!g || !engine) return TPU_EINVAL;
+  if (g->released)
+    return tpu__graph_fail(g, TPU_EINVAL, "compile: the graph's constants were released");
   if (opts && opts->precision != TPU_DTYPE_FP32 && opts->precision != TPU_DTYPE_BF16 &&
       opts->precision != TPU_DTYPE_INT8)
     return tpu__graph_fail(g, TPU_EINVAL, "compile: precision must be FP32, BF16 or INT8");
@@ -472,7 +608,11 @@ tpu_status_t tpu_graph_compile(tpu_graph_t *g, tpu_engine_t *engine, int64_t bat
     tpu_act_t act;
     const tpu__xt_t *bias;
     fuse(&c, i, dead, &act, &bias);
-    if ((st = prepare(&c, &p->steps[i], act, bias)) != TPU_OK) goto fail;
+    st = prepare(&c, &p->steps[i], act, bias, c.fold_scale, c.fold_shift);
+    free(c.fold_scale);
+    free(c.fold_shift);
+    c.fold_scale = c.fold_shift = NULL;
+    if (st != TPU_OK) goto fail;
   }
   size_t live = 0;
   for (size_t i = 0; i < p->nsteps; i++) {
@@ -505,6 +645,11 @@ tpu_status_t tpu_graph_program_run(tpu_graph_program_t *p, const void *const *in
     if (!inputs[i]) return TPU_EINVAL;
     p->xt[p->inputs[i]].data = (void *)inputs[i];
   }
+  for (size_t o = 0; o < p->noutputs; o++) {
+    tpu__xt_t *t = &p->xt[p->outputs[o]];
+    if (!outputs[o]) return TPU_EINVAL;
+    if (t->first == -2) t->data = outputs[o];
+  }
   tpu__run_ctx_t rc = {.err = p->err, .errlen = sizeof p->err};
   for (size_t i = 0; i < p->nsteps; i++) {
     rc.step = &p->steps[i];
@@ -514,10 +659,9 @@ tpu_status_t tpu_graph_program_run(tpu_graph_program_t *p, const void *const *in
       return st;
     }
   }
-  for (size_t o = 0; o < p->noutputs; o++) {
+  for (size_t o = 0; o < p->noutputs; o++) { /* constants and inputs passed straight through */
     const tpu__xt_t *t = &p->xt[p->outputs[o]];
-    if (!outputs[o]) return TPU_EINVAL;
-    if (t->bytes) memcpy(outputs[o], t->data, t->bytes);
+    if (t->first != -2 && t->bytes) memcpy(outputs[o], t->data, t->bytes);
   }
   return TPU_OK;
 }
@@ -564,6 +708,37 @@ uint64_t tpu_graph_program_memory(const tpu_graph_program_t *p) {
   uint64_t b = p->arena_bytes + p->const_bytes + sizeof *p + p->nxt * sizeof *p->xt;
   for (size_t i = 0; i < p->nsteps; i++) b += p->steps[i].param_bytes;
   return b;
+}
+
+uint64_t tpu_graph_release_constants(tpu_graph_t *g, const tpu_graph_program_t *const *progs,
+                                     size_t n) {
+  if (!g || (n && !progs)) return 0;
+  char *used = calloc(g->ntensors + 1, 1);
+  if (!used) return 0;
+  for (size_t k = 0; k < n; k++) {
+    const tpu_graph_program_t *p = progs[k];
+    for (size_t i = 0; p && i < p->nsteps; i++) {
+      const tpu__step_t *s = &p->steps[i];
+      const tpu__gnode_t *nd = &g->nodes[s->node];
+      for (size_t j = 0; j < nd->nin; j++)
+        if (nd->in[j] >= 0 && !(j < 64 && (s->packed_inputs >> j & 1))) used[nd->in[j]] = 1;
+    }
+    for (size_t o = 0; p && o < p->noutputs; o++) used[p->outputs[o]] = 1;
+  }
+  uint64_t freed = 0;
+  for (size_t t = 0; t < g->ntensors; t++) {
+    tpu__gtensor_t *x = &g->tensors[t];
+    if (!x->is_init || used[t] || !x->data) continue;
+    freed += x->bytes;
+    free(x->data);
+    x->data = NULL;
+    free(x->qdata);
+    x->qdata = NULL;
+  }
+  free(used);
+  tpu__graph_clear_inferred(g); /* inferred values may point at released bytes */
+  g->released = 1;
+  return freed;
 }
 
 size_t tpu_graph_program_step_count(const tpu_graph_program_t *p) { return p ? p->nsteps : 0; }

@@ -47,6 +47,9 @@ typedef struct {
   size_t elems, bytes;
   void *data;       /* where its bytes are during a run (graph inputs: set per run) */
   int is_const;     /* an initializer or a folded value: data is fixed and read-only */
+  const int8_t *qdata;   /* initializers set with tpu_graph_set_quantized: q, scales, axis */
+  const float *qscales;
+  int qaxis;
   /* Compiler's bookkeeping. */
   int pinned;       /* a graph output: never fused away (compiler only) */
   long first, last; /* steps that produce and last read it (liveness) */
@@ -70,6 +73,13 @@ typedef struct {
    * must apply in its epilogue, its output view being the fused chain's last tensor. */
   tpu_act_t fuse_act;
   const tpu__xt_t *fuse_bias;
+  /* A BatchNormalization after the matmul, folded (N floats each, or NULL): output channel j
+   * becomes y_j·fold_scale[j] + fold_shift[j], before fuse_act (the weights and the bias are
+   * scaled at pack time). */
+  const float *fold_scale, *fold_shift;
+  /* The params of the same node's step in the program being shared (opts->share), or NULL: a
+   * kernel may reuse what does not depend on the batch size (packed weights), not owning it. */
+  const void *shared;
 } tpu__prep_t;
 
 typedef tpu_status_t (*tpu__prepare_fn)(tpu__prep_t *pc, tpu__step_t *s);
@@ -86,6 +96,8 @@ struct tpu__step {
   void (*release)(void *params); /* optional: frees what params point to (before free) */
   uint64_t macs, cycles, slots;  /* engine cost of one run (matmul steps) */
   size_t param_bytes;   /* what params hold, for tpu_graph_program_memory */
+  uint64_t packed_inputs; /* bit i: input i's constant bytes were copied at prepare (packed
+                           * weights, a bias in the epilogue) and run never reads them */
   char desc[160];       /* for tpu_graph_program_describe (optional; "" = op and name) */
 };
 
@@ -124,6 +136,7 @@ typedef struct {
 extern const tpu__kernel_t tpu__kernels_elementwise[]; /* ops_elementwise.c */
 extern const tpu__kernel_t tpu__kernels_tensor[];      /* ops_tensor.c */
 extern const tpu__kernel_t tpu__kernels_matmul[];      /* ops_matmul.c */
+extern const tpu__kernel_t tpu__kernels_quant[];       /* ops_quant.c */
 
 /* The kernel of an op in the default domain, or NULL. */
 const tpu__kernel_t *tpu__graph_kernel(const char *op);

@@ -130,7 +130,7 @@ int64_t tpu__xt_get_i64(const tpu__xt_t *t, size_t i) {
 
 const tpu__kernel_t *tpu__graph_kernel(const char *op) {
   static const tpu__kernel_t *const tables[] = {tpu__kernels_elementwise, tpu__kernels_tensor,
-                                                tpu__kernels_matmul};
+                                                tpu__kernels_matmul, tpu__kernels_quant};
   for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
     for (const tpu__kernel_t *k = tables[t]; k->op; k++)
       if (strcmp(k->op, op) == 0) return k;

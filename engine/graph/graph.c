@@ -225,6 +225,8 @@ void tpu_graph_free(tpu_graph_t *g) {
     tensor_clear_inferred(&g->tensors[i]);
     free(g->tensors[i].name);
     free(g->tensors[i].data);
+    free(g->tensors[i].qdata);
+    free(g->tensors[i].qscales);
   }
   for (size_t i = 0; i < g->nnodes; i++) {
     tpu__gnode_t *n = &g->nodes[i];
@@ -315,6 +317,37 @@ static tpu_status_t copy_constant(tpu_graph_t *g, const char *what, const char *
   *copy = malloc(bytes ? bytes : 1);
   if (!*copy) return tpu__graph_fail(g, TPU_ENOMEM, "%s '%s': out of memory", what, name);
   if (bytes) memcpy(*copy, data, bytes);
+  return TPU_OK;
+}
+
+tpu_status_t tpu_graph_set_quantized(tpu_graph_t *g, const char *name, const int8_t *q,
+                                     const float *scales, int axis) {
+  if (!g) return TPU_EINVAL;
+  long t = name ? find_tensor(g, name) : -1;
+  tpu__gtensor_t *x = t >= 0 ? &g->tensors[t] : NULL;
+  if (!x || !x->is_init || x->dtype != TPU_GRAPH_FP32 || x->rank != 2)
+    return tpu__graph_fail(g, TPU_EINVAL, "quantized '%s': not an FP32 initializer of rank 2",
+                           name ? name : "(null)");
+  if (axis < 0 || axis > 1 || !q || !scales || x->qdata)
+    return tpu__graph_fail(g, TPU_EINVAL, "quantized '%s': bad axis, data or a second call",
+                           name);
+  size_t n = (size_t)x->dims[0] * (size_t)x->dims[1], ns = (size_t)x->dims[axis];
+  for (size_t i = 0; i < n; i++)
+    if (q[i] == -128)
+      return tpu__graph_fail(g, TPU_EINVAL, "quantized '%s': element %zu is -128 (symmetric "
+                             "int8 is -127..127)", name, i);
+  x->qdata = malloc(n ? n : 1);
+  x->qscales = malloc((ns ? ns : 1) * sizeof *x->qscales);
+  if (!x->qdata || !x->qscales) {
+    free(x->qdata);
+    free(x->qscales);
+    x->qdata = NULL;
+    x->qscales = NULL;
+    return tpu__graph_fail(g, TPU_ENOMEM, "quantized '%s': out of memory", name);
+  }
+  memcpy(x->qdata, q, n);
+  memcpy(x->qscales, scales, ns * sizeof *x->qscales);
+  x->qaxis = axis;
   return TPU_OK;
 }
 

@@ -27,8 +27,11 @@ typedef struct {
   tpu_graph_dtype_t dtype; /* declared or initializer */
   int rank;                /* -1 when neither */
   int64_t dims[TPU_GRAPH_MAX_RANK];
-  void *data;              /* initializer bytes (owned) */
+  void *data;              /* initializer bytes (owned; NULL once released) */
   size_t bytes;
+  int8_t *qdata;           /* tpu_graph_set_quantized: the int8 values data is q·scale of */
+  float *qscales;          /* one per index of dimension qaxis */
+  int qaxis;
   long producer;           /* node index, -1 for none */
   /* Results of the last tpu_graph_infer. */
   int known;
@@ -60,6 +63,7 @@ struct tpu_graph {
   size_t ninputs, noutputs;
   size_t *order; /* topological order of the nodes, after validation */
   int validated;
+  int released;            /* tpu_graph_release_constants ran: no more compiles */
   char err[512];
 };
 

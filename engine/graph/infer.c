@@ -439,12 +439,11 @@ static tpu_status_t op_gemm(ctx_t *c) {
   return set_out(c, 0, a->idtype, 2, d);
 }
 
-static tpu_status_t op_matmul(ctx_t *c) {
-  tpu_status_t st;
+/* The output shape of numpy.matmul(a, b) into (*rank, d): MatMul, MatMulInteger and
+ * QLinearMatMul share it. */
+static tpu_status_t matmul_shape(ctx_t *c, const tpu__gtensor_t *a, const tpu__gtensor_t *b,
+                                 int *rank, int64_t *d) {
   char s1[SHAPE_STR], s2[SHAPE_STR];
-  if ((st = arity(c, 2, 2, 1)) != TPU_OK) return st;
-  tpu__gtensor_t *a = in_t(c, 0), *b = in_t(c, 1);
-  if ((st = need_dtype(c, a, 0)) != TPU_OK || (st = same_dtype(c, a, b)) != TPU_OK) return st;
   if (a->irank < 1 || b->irank < 1)
     return cfail(c, TPU_ESHAPE, "inputs '%s' %s and '%s' %s must have rank >= 1", a->name,
                  shp(a, s1), b->name, shp(b, s2));
@@ -470,7 +469,6 @@ static tpu_status_t op_matmul(ctx_t *c) {
                  a->name, shp(a, s1), b->name, shp(b, s2), (long long)ad[ar - 1],
                  (long long)bd[br - 2]);
   int pa = ar - 2, pb = br - 2, ro = pa > pb ? pa : pb;
-  int64_t d[TPU_GRAPH_MAX_RANK + 2];
   for (int i = 0; i < ro; i++) {
     int64_t x = i - (ro - pa) >= 0 ? ad[i - (ro - pa)] : 1;
     int64_t y = i - (ro - pb) >= 0 ? bd[i - (ro - pb)] : 1;
@@ -482,7 +480,210 @@ static tpu_status_t op_matmul(ctx_t *c) {
   int r = ro;
   if (a->irank > 1) d[r++] = ad[ar - 2];
   if (b->irank > 1) d[r++] = bd[br - 1];
+  *rank = r;
+  return TPU_OK;
+}
+
+static tpu_status_t op_matmul(ctx_t *c) {
+  tpu_status_t st;
+  if ((st = arity(c, 2, 2, 1)) != TPU_OK) return st;
+  tpu__gtensor_t *a = in_t(c, 0), *b = in_t(c, 1);
+  if ((st = need_dtype(c, a, 0)) != TPU_OK || (st = same_dtype(c, a, b)) != TPU_OK) return st;
+  int r = 0;
+  int64_t d[TPU_GRAPH_MAX_RANK + 2];
+  if ((st = matmul_shape(c, a, b, &r, d)) != TPU_OK) return st;
   return set_out(c, 0, a->idtype, r, d);
+}
+
+/* ---- quantization (QuantizeLinear, DequantizeLinear, MatMulInteger, QLinearMatMul) ---- */
+
+static int is_q8(tpu_graph_dtype_t d) { return d == TPU_GRAPH_INT8 || d == TPU_GRAPH_UINT8; }
+
+static size_t elems_of(const tpu__gtensor_t *t) {
+  size_t n = 0;
+  tpu__graph_count(t->irank, t->idims, 1, &n, NULL);
+  return n;
+}
+
+static tpu_status_t need_q8(ctx_t *c, const tpu__gtensor_t *t, const char *what) {
+  if (!is_q8(t->idtype))
+    return cfail(c, TPU_EDTYPE, "input '%s' (%s) is %s, expected INT8 or UINT8", t->name, what,
+                 tpu_graph_dtype_name(t->idtype));
+  return TPU_OK;
+}
+
+static tpu_status_t need_scale(ctx_t *c, const tpu__gtensor_t *t, const char *what) {
+  if (!is_float(t->idtype) || t->idtype == TPU_GRAPH_FP64)
+    return cfail(c, TPU_EDTYPE, "input '%s' (%s) is %s, expected FP32, FP16 or BF16", t->name,
+                 what, tpu_graph_dtype_name(t->idtype));
+  return TPU_OK;
+}
+
+static tpu_status_t same_shape(ctx_t *c, const tpu__gtensor_t *a, const tpu__gtensor_t *b) {
+  char s1[SHAPE_STR], s2[SHAPE_STR];
+  int ok = a->irank == b->irank;
+  for (int i = 0; ok && i < a->irank; i++) ok = a->idims[i] == b->idims[i];
+  if (!ok)
+    return cfail(c, TPU_ESHAPE, "zero point '%s' %s must have the shape of scale '%s' %s",
+                 b->name, shp(b, s1), a->name, shp(a, s2));
+  return TPU_OK;
+}
+
+/* The scale (and zero point) of QuantizeLinear/DequantizeLinear against x: one element (per
+ * tensor); from opset 13 a 1-D tensor of x's size along `axis` (per axis); from opset 21, with
+ * block_size > 0, x's shape with that axis divided by block_size, rounded up (blocked). */
+static tpu_status_t ql_params(ctx_t *c, const tpu__gtensor_t *x, const tpu__gtensor_t *scale,
+                              const tpu__gtensor_t *zp) {
+  tpu_status_t st;
+  char s1[SHAPE_STR], s2[SHAPE_STR];
+  int64_t axis = 1, block = 0;
+  int ax = 0;
+  if (zp && (st = same_shape(c, scale, zp)) != TPU_OK) return st;
+  if (c->nd->opset >= 13 && (st = attr_int(c, "axis", 1, &axis)) != TPU_OK) return st;
+  if (c->nd->opset >= 21 && (st = attr_int(c, "block_size", 0, &block)) != TPU_OK) return st;
+  if (block < 0) return cfail(c, TPU_EINVAL, "attribute 'block_size' is %lld, expected >= 0",
+                              (long long)block);
+  if (block == 0 && scale->irank <= 1 && elems_of(scale) == 1) return TPU_OK; /* per tensor */
+  if (c->nd->opset < 13)
+    return cfail(c, TPU_ESHAPE, "scale '%s' %s must be a scalar before opset 13", scale->name,
+                 shp(scale, s1));
+  if (x->irank == 0)
+    return cfail(c, TPU_ESHAPE, "scale '%s' %s is per axis but input '%s' is a scalar",
+                 scale->name, shp(scale, s1), x->name);
+  if ((st = norm_axis(c, "axis", axis, x->irank, 0, &ax)) != TPU_OK) return st;
+  if (block == 0) {
+    if (scale->irank != 1 || scale->idims[0] != x->idims[ax])
+      return cfail(c, TPU_ESHAPE, "scale '%s' %s must be a scalar or 1-D of %lld elements (axis "
+                   "%d of input '%s' %s)", scale->name, shp(scale, s1), (long long)x->idims[ax],
+                   ax, x->name, shp(x, s2));
+    return TPU_OK;
+  }
+  int ok = scale->irank == x->irank;
+  for (int i = 0; ok && i < x->irank; i++)
+    ok = scale->idims[i] == (i == ax ? (x->idims[i] + block - 1) / block : x->idims[i]);
+  if (!ok)
+    return cfail(c, TPU_ESHAPE, "scale '%s' %s does not fit input '%s' %s in blocks of %lld "
+                 "along axis %d", scale->name, shp(scale, s1), x->name, shp(x, s2),
+                 (long long)block, ax);
+  return TPU_OK;
+}
+
+static tpu_status_t op_quantize(ctx_t *c) {
+  tpu_status_t st;
+  int64_t odt = 0;
+  if ((st = arity(c, 2, 3, 1)) != TPU_OK) return st;
+  tpu__gtensor_t *x = in_t(c, 0), *scale = in_t(c, 1), *zp = in_t(c, 2);
+  if (x->idtype != TPU_GRAPH_INT32 && (!is_float(x->idtype) || x->idtype == TPU_GRAPH_FP64))
+    return cfail(c, TPU_EDTYPE, "input '%s' is %s, expected FP32, FP16, BF16 or INT32", x->name,
+                 tpu_graph_dtype_name(x->idtype));
+  if ((st = need_scale(c, scale, "y_scale")) != TPU_OK) return st;
+  if (zp && (st = need_q8(c, zp, "y_zero_point")) != TPU_OK) return st;
+  if (c->nd->opset >= 21 && (st = attr_int(c, "output_dtype", 0, &odt)) != TPU_OK) return st;
+  tpu_graph_dtype_t dt = zp ? zp->idtype : TPU_GRAPH_UINT8;
+  if (odt != 0) {
+    tpu_graph_dtype_t want = odt < 0 || odt > 1000 ? TPU_GRAPH_UNDEFINED
+                                                   : tpu_graph_dtype_from_onnx((int)odt);
+    if (!is_q8(want))
+      return cfail(c, TPU_ENOTSUP, "attribute 'output_dtype' is ONNX type %lld; tpud quantizes "
+                   "to INT8 or UINT8 only", (long long)odt);
+    if (zp && want != zp->idtype)
+      return cfail(c, TPU_EDTYPE, "attribute 'output_dtype' says %s but zero point '%s' is %s",
+                   tpu_graph_dtype_name(want), zp->name, tpu_graph_dtype_name(zp->idtype));
+    dt = want;
+  }
+  if ((st = ql_params(c, x, scale, zp)) != TPU_OK) return st;
+  return set_out(c, 0, dt, x->irank, x->idims);
+}
+
+static tpu_status_t op_dequantize(ctx_t *c) {
+  tpu_status_t st;
+  if ((st = arity(c, 2, 3, 1)) != TPU_OK) return st;
+  tpu__gtensor_t *x = in_t(c, 0), *scale = in_t(c, 1), *zp = in_t(c, 2);
+  if (!is_q8(x->idtype) && x->idtype != TPU_GRAPH_INT32)
+    return cfail(c, TPU_EDTYPE, "input '%s' is %s, expected INT8, UINT8 or INT32", x->name,
+                 tpu_graph_dtype_name(x->idtype));
+  if ((st = need_scale(c, scale, "x_scale")) != TPU_OK) return st;
+  if (zp && (st = same_dtype(c, x, zp)) != TPU_OK) return st;
+  if ((st = ql_params(c, x, scale, zp)) != TPU_OK) return st;
+  return set_out(c, 0, scale->idtype, x->irank, x->idims); /* FP32 before opset 19 */
+}
+
+/* A scale or zero point of a matmul operand m (A when row, else B): one element (per tensor),
+ * 1-D of M (per row of A) or N (per column of B) elements, or m's shape with K replaced by 1
+ * ([..., M, 1] for A, [..., 1, N] for B: per row or column of each batch matrix). */
+static tpu_status_t mm_param(ctx_t *c, const tpu__gtensor_t *t, const tpu__gtensor_t *m,
+                             int row, const char *what) {
+  char s1[SHAPE_STR], s2[SHAPE_STR];
+  if (elems_of(t) == 1) return TPU_OK;
+  int r = m->irank;
+  int64_t len = r < 2 ? 1 : row ? m->idims[r - 2] : m->idims[r - 1];
+  if (t->irank == 1 && t->idims[0] == len) return TPU_OK;
+  int ok = r >= 2 && t->irank == r;
+  for (int i = 0; ok && i < r; i++) ok = t->idims[i] == (i == r - (row ? 1 : 2) ? 1 : m->idims[i]);
+  if (!ok)
+    return cfail(c, TPU_ESHAPE, "%s '%s' %s must be a scalar, 1-D of %lld elements or %s "
+                 "shaped like '%s' %s with K replaced by 1", what, t->name, shp(t, s1),
+                 (long long)len, row ? "[..., M, 1]" : "[..., 1, N]", m->name, shp(m, s2));
+  return TPU_OK;
+}
+
+static tpu_status_t op_matmul_integer(ctx_t *c) {
+  tpu_status_t st;
+  if ((st = arity(c, 2, 4, 1)) != TPU_OK) return st;
+  tpu__gtensor_t *a = in_t(c, 0), *b = in_t(c, 1), *za = in_t(c, 2), *zb = in_t(c, 3);
+  if ((st = need_q8(c, a, "A")) != TPU_OK || (st = need_q8(c, b, "B")) != TPU_OK) return st;
+  if (za && ((st = same_dtype(c, a, za)) != TPU_OK || (st = mm_param(c, za, a, 1,
+                                                                     "a_zero_point"))))
+    return st;
+  if (zb && ((st = same_dtype(c, b, zb)) != TPU_OK || (st = mm_param(c, zb, b, 0,
+                                                                     "b_zero_point"))))
+    return st;
+  int r = 0;
+  int64_t d[TPU_GRAPH_MAX_RANK + 2];
+  if ((st = matmul_shape(c, a, b, &r, d)) != TPU_OK) return st;
+  return set_out(c, 0, TPU_GRAPH_INT32, r, d);
+}
+
+static tpu_status_t op_qlinear_matmul(ctx_t *c) {
+  tpu_status_t st;
+  char s1[SHAPE_STR];
+  if ((st = arity(c, 8, 8, 1)) != TPU_OK) return st;
+  tpu__gtensor_t *a = in_t(c, 0), *sa = in_t(c, 1), *za = in_t(c, 2), *b = in_t(c, 3);
+  tpu__gtensor_t *sb = in_t(c, 4), *zb = in_t(c, 5), *sy = in_t(c, 6), *zy = in_t(c, 7);
+  if ((st = need_q8(c, a, "a")) != TPU_OK || (st = need_q8(c, b, "b")) != TPU_OK ||
+      (st = need_q8(c, zy, "y_zero_point")) != TPU_OK)
+    return st;
+  if ((st = same_dtype(c, a, za)) != TPU_OK || (st = same_dtype(c, b, zb)) != TPU_OK) return st;
+  if ((st = need_scale(c, sa, "a_scale")) != TPU_OK ||
+      (st = need_scale(c, sb, "b_scale")) != TPU_OK ||
+      (st = need_scale(c, sy, "y_scale")) != TPU_OK)
+    return st;
+  if ((st = same_shape(c, sa, za)) != TPU_OK || (st = same_shape(c, sb, zb)) != TPU_OK ||
+      (st = same_shape(c, sy, zy)) != TPU_OK)
+    return st;
+  if ((st = mm_param(c, sa, a, 1, "a_scale")) != TPU_OK ||
+      (st = mm_param(c, sb, b, 0, "b_scale")) != TPU_OK)
+    return st;
+  if (sy->irank > 1 || elems_of(sy) != 1)
+    return cfail(c, TPU_ESHAPE, "y_scale '%s' %s must be a scalar", sy->name, shp(sy, s1));
+  int r = 0;
+  int64_t d[TPU_GRAPH_MAX_RANK + 2];
+  if ((st = matmul_shape(c, a, b, &r, d)) != TPU_OK) return st;
+  return set_out(c, 0, zy->idtype, r, d);
+}
+
+/* DynamicQuantizeLinear: x (FP32) to UINT8 with a scale and zero point computed from its range;
+ * the two are scalars. */
+static tpu_status_t op_dynamic_quantize(ctx_t *c) {
+  tpu_status_t st;
+  if ((st = arity(c, 1, 1, 3)) != TPU_OK) return st;
+  tpu__gtensor_t *x = in_t(c, 0);
+  if (x->idtype != TPU_GRAPH_FP32)
+    return cfail(c, TPU_EDTYPE, "input '%s' is %s, expected FP32", x->name,
+                 tpu_graph_dtype_name(x->idtype));
+  if ((st = set_out(c, 0, TPU_GRAPH_UINT8, x->irank, x->idims)) != TPU_OK) return st;
+  if ((st = set_out(c, 1, TPU_GRAPH_FP32, 0, NULL)) != TPU_OK) return st;
+  return set_out(c, 2, TPU_GRAPH_UINT8, 0, NULL);
 }
 
 static tpu_status_t op_softmax(ctx_t *c) {
@@ -932,6 +1133,9 @@ static const op_rule_t rules[] = {
     {"Squeeze", op_squeeze_only}, {"Unsqueeze", op_unsqueeze},
     {"Transpose", op_transpose}, {"Shape", op_shape},
     {"Constant", op_constant},
+    {"QuantizeLinear", op_quantize}, {"DequantizeLinear", op_dequantize},
+    {"MatMulInteger", op_matmul_integer}, {"QLinearMatMul", op_qlinear_matmul},
+    {"DynamicQuantizeLinear", op_dynamic_quantize},
 };
 
 tpu_status_t tpu_graph_infer(tpu_graph_t *g, int64_t batch) {

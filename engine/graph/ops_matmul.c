@@ -25,6 +25,9 @@
 typedef struct {
   /* engine path */
   tpu_weights_t *w;
+  int w_owned;            /* 0: another program's (tpu_graph_compile_opts_t.share) */
+  tpu_layout_t layout;
+  double w_alpha;         /* the scale folded into the packed copy */
   tpu_plan_t *plan;
   /* shapes */
   size_t m, k, n;
@@ -45,7 +48,7 @@ typedef struct {
 static void mm_release(void *p) {
   mm_t *q = p;
   tpu_plan_free(q->plan);
-  tpu_weights_free(q->w);
+  if (q->w_owned) tpu_weights_free(q->w);
 }
 
 static int is_num(tpu_graph_dtype_t d) {
@@ -63,33 +66,70 @@ static tpu_status_t check_dtypes(tpu__prep_t *pc, tpu__step_t *s, size_t n) {
 /* Packs w (k×n in `layout`, scaled by alpha) and compiles the plan for m rows. */
 static tpu_status_t engine_setup(tpu__prep_t *pc, tpu__step_t *s, mm_t *q, const float *w,
                                  tpu_layout_t layout, double alpha, const float *bias) {
-  float *scaled = NULL;
-  const float *src = w;
-  if (alpha != 1.0) {
-    scaled = malloc(q->k * q->n * sizeof *scaled);
-    if (!scaled) return tpu__prep_fail(pc, TPU_ENOMEM, "out of memory packing weights");
-    for (size_t i = 0; i < q->k * q->n; i++) scaled[i] = (float)(alpha * w[i]);
-    src = scaled;
+  const mm_t *sh = pc->shared;
+  tpu_status_t st;
+  q->layout = layout;
+  q->w_alpha = alpha;
+  if (sh && sh->w && sh->layout == layout && sh->w_alpha == alpha &&
+      tpu_weights_k(sh->w) == q->k && tpu_weights_n(sh->w) == q->n &&
+      tpu_weights_compute(sh->w) == pc->precision) {
+    q->w = sh->w; /* packed once for every batch size */
+  } else {
+    float *scaled = NULL;
+    const float *src = w;
+    const float *fs = pc->fold_scale;
+    if (alpha != 1.0 || fs) { /* alpha, and a folded BatchNormalization per output channel */
+      scaled = malloc(q->k * q->n * sizeof *scaled);
+      if (!scaled) return tpu__prep_fail(pc, TPU_ENOMEM, "out of memory packing weights");
+      for (size_t i = 0; i < q->k * q->n; i++) {
+        size_t j = layout == TPU_LAYOUT_NK ? i / q->k : i % q->n; /* the output channel */
+        scaled[i] = (float)(alpha * (fs ? fs[j] : 1.0f) * w[i]);
+      }
+      src = scaled;
+    }
+    tpu_weights_desc_t d = {.compute = pc->precision, .k = q->k, .n = q->n, .layout = layout,
+                            .src_dtype = TPU_DTYPE_FP32, .src = src};
+    /* Pre-quantized weights (tpu_graph_set_quantized) with scales along the output channels
+     * (N: dimension 0 of [N][K], 1 of [K][N]) are packed as they are in INT8. */
+    const tpu__xt_t *b = s->in[1];
+    if (pc->precision == TPU_DTYPE_INT8 && alpha == 1.0 && !fs && b->qdata &&
+        b->qaxis == (layout == TPU_LAYOUT_NK ? 0 : 1)) {
+      d.src_dtype = TPU_DTYPE_INT8;
+      d.src = b->qdata;
+      d.src_scales = b->qscales;
+    }
+    st = tpu_weights_pack(pc->engine, &d, &q->w);
+    free(scaled);
+    if (st != TPU_OK)
+      return tpu__prep_fail(pc, st, "packing %zux%zu weights in %s: %s", q->k, q->n,
+                            tpu_dtype_name(pc->precision), tpu_strerror(st));
+    q->w_owned = 1;
+    size_t held = 0, tr = 0;
+    tpu_weights_memory(pc->engine, pc->precision, d.src_dtype, q->k, q->n, &held, &tr);
+    s->param_bytes += held;
   }
-  tpu_weights_desc_t d = {.compute = pc->precision, .k = q->k, .n = q->n, .layout = layout,
-                          .src_dtype = TPU_DTYPE_FP32, .src = src};
-  tpu_status_t st = tpu_weights_pack(pc->engine, &d, &q->w);
-  free(scaled);
-  if (st != TPU_OK)
-    return tpu__prep_fail(pc, st, "packing %zux%zu weights in %s: %s", q->k, q->n,
-                          tpu_dtype_name(pc->precision), tpu_strerror(st));
+  s->packed_inputs |= UINT64_C(1) << 1; /* B lives in the packed weights now */
+  float *folded = NULL;
+  if (pc->fold_scale) { /* bias' = bias·scale + shift */
+    if (!(folded = malloc(q->n * sizeof *folded)))
+      return tpu__prep_fail(pc, TPU_ENOMEM, "out of memory");
+    for (size_t j = 0; j < q->n; j++)
+      folded[j] = (bias ? bias[j] : 0.0f) * pc->fold_scale[j] + pc->fold_shift[j];
+    bias = folded;
+  }
   tpu_epilogue_t ep = {.bias = bias, .act = q->act, .out_dtype = TPU_DTYPE_FP32};
   st = tpu_plan_create(pc->engine, q->w, q->m, TPU_DTYPE_FP32, &ep, &q->plan);
+  free(folded); /* the plan copied it */
   if (st != TPU_OK)
     return tpu__prep_fail(pc, st, "planning %zux%zux%zu: %s", q->m, q->k, q->n,
                           tpu_strerror(st));
   tpu_plan_cost(q->plan, &s->macs, &s->cycles, &s->slots);
-  size_t held = 0, tr = 0, plan = 0;
-  tpu_weights_memory(pc->engine, pc->precision, TPU_DTYPE_FP32, q->k, q->n, &held, &tr);
+  size_t plan = 0;
   tpu_plan_memory(pc->engine, pc->precision, q->k, q->n, q->m, TPU_DTYPE_FP32, &ep, &plan);
-  s->param_bytes += held + plan;
-  snprintf(s->desc, sizeof s->desc, "engine plan %s [%zux%zux%zu]%s%s%s",
+  s->param_bytes += plan;
+  snprintf(s->desc, sizeof s->desc, "engine plan %s [%zux%zux%zu]%s%s%s%s",
            tpu_dtype_name(pc->precision), q->m, q->k, q->n, bias ? " +bias" : "",
+           pc->fold_scale ? " +batchnorm" : "",
            q->act != TPU_ACT_NONE ? " " : "", q->act != TPU_ACT_NONE ? tpu_act_name(q->act) : "");
   q->bias = NULL; /* the plan applies it */
   q->act = TPU_ACT_NONE;
@@ -160,6 +200,9 @@ static tpu_status_t gemm_prepare(tpu__prep_t *pc, tpu__step_t *s) {
   int engine = a->dtype == TPU_GRAPH_FP32 && b->dtype == TPU_GRAPH_FP32 && b->is_const &&
                !q->trans_a && q->m && q->k && q->n && (!c || c->dtype == TPU_GRAPH_FP32);
   if (!engine) {
+    if (pc->fold_scale) /* the compiler folds only what the engine path takes */
+      return tpu__prep_fail(pc, TPU_EINVAL, "internal: a folded BatchNormalization on the "
+                            "reference path");
     ref_cost(pc, s, q);
     return TPU_OK;
   }
@@ -170,6 +213,7 @@ static tpu_status_t gemm_prepare(tpu__prep_t *pc, tpu__step_t *s) {
     const float *cv = c->data;
     for (size_t j = 0; j < q->n; j++) bias[j] = (float)(q->beta * cv[c->elems == 1 ? 0 : j]);
     q->c_after = 0;
+    s->packed_inputs |= UINT64_C(1) << 2; /* C is the epilogue's bias */
   }
   st = engine_setup(pc, s, q, b->data, q->trans_b ? TPU_LAYOUT_NK : TPU_LAYOUT_KN, q->alpha,
                     bias ? bias : q->bias);
@@ -243,6 +287,9 @@ static tpu_status_t matmul_prepare(tpu__prep_t *pc, tpu__step_t *s) {
     q->batches = 1;
     return engine_setup(pc, s, q, b->data, TPU_LAYOUT_KN, 1.0, q->bias);
   }
+  if (pc->fold_scale)
+    return tpu__prep_fail(pc, TPU_EINVAL, "internal: a folded BatchNormalization on the "
+                          "reference path");
   /* Batch dims: A's and B's leading dims, broadcast to the output's. */
   int ra = a->rank >= 2 ? a->rank - 2 : 0, rb = b->rank >= 2 ? b->rank - 2 : 0;
   int r = ra > rb ? ra : rb;

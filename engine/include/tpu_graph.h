@@ -77,6 +77,15 @@ void tpu_graph_free(tpu_graph_t *g);
 /* The message of the last failed call on g ("" when none failed). Valid until the next call. */
 const char *tpu_graph_error(const tpu_graph_t *g);
 
+/* Says that FP32 initializer `name` (rank 2) holds exactly q[i]·scales[j] with j the index of
+ * dimension `axis`, q in [-127, 127] (symmetric int8, zero point 0): a pre-quantized checkpoint.
+ * A matmul compiled in INT8 whose weights are this initializer packs q and the scales as they
+ * are instead of quantizing the floats again, when the scales run along its output channels.
+ * Copies q and scales. TPU_EINVAL for an unknown or non-FP32 initializer, a bad axis, a second
+ * call, or a q of -128. */
+tpu_status_t tpu_graph_set_quantized(tpu_graph_t *g, const char *name, const int8_t *q,
+                                     const float *scales, int axis);
+
 /* Declares a tensor's dtype and shape (rank 0 is a scalar; dims may be NULL then). A name may be
  * declared once. Dimensions are ≥ 0 or -1 (see DESIGN). TPU_EINVAL for a bad name, dtype or
  * dimension or a second declaration, TPU_EOVERFLOW for a rank above TPU_GRAPH_MAX_RANK. */
@@ -211,6 +220,12 @@ typedef struct {
   const char *const *fp32_nodes;  /* names of nodes kept in FP32 whatever `precision` says */
   size_t nfp32_nodes;
   uint64_t memory_limit;          /* bytes the program may hold (0: no limit): TPU_ERANGE */
+  const tpu_graph_program_t *share; /* NULL, or a program compiled from the same graph (another
+                                     * batch size, same precision and overrides): its packed
+                                     * weights are reused, not packed again, and its arena when
+                                     * it is big enough, so the two must never run at the same
+                                     * time (compile the largest batch first and share it). It
+                                     * must outlive the new program (free sharers first). */
 } tpu_graph_compile_opts_t;
 
 /* Infers the graph for `batch` and compiles it. An op with no kernel, or a dtype its kernel does
@@ -251,6 +266,13 @@ tpu_status_t tpu_graph_program_run(tpu_graph_program_t *p, const void *const *in
                                    void *const *outputs);
 /* The message of the last failed run ("" when none). */
 const char *tpu_graph_program_error(const tpu_graph_program_t *p);
+
+/* Frees the bytes of every initializer that none of the n programs reads when it runs (weights
+ * packed into engine plans, biases copied into epilogues), so a loaded model does not keep a
+ * second copy of its weights. The graph takes no more tpu_graph_infer or tpu_graph_compile
+ * afterwards (TPU_EINVAL); the programs keep running. Returns the bytes freed. */
+uint64_t tpu_graph_release_constants(tpu_graph_t *g, const tpu_graph_program_t *const *progs,
+                                     size_t n);
 
 /* What one run costs the engine: useful MACs, simulated systolic cycles and MAC slots of every
  * matmul node. Any pointer may be NULL. */

@@ -464,8 +464,126 @@ static void load_elem(ckind_t k, size_t sz, const uint8_t *p, int64_t *iv, uint6
   }
 }
 
+/* One input's typed contents as raw little-endian bytes of its datatype (the OIP typed field of
+ * each: fp32, fp64, int64, int (INT8..INT32, range-checked), uint (UINT8..UINT32), uint64,
+ * bool). Returns 0 with *out (malloc'd, *len bytes), or an OIP code with msg. */
+static int typed_to_raw(const Inference__ModelInferRequest__InferInputTensor *t, uint8_t **out,
+                        size_t *len, char *msg, size_t msglen) {
+  const Inference__InferTensorContents *c = t->contents;
+  const char *dt = t->datatype ? t->datatype : "";
+  struct {
+    const char *field;
+    size_t n;
+  } f[] = {{"fp32_contents", c->n_fp32_contents},   {"fp64_contents", c->n_fp64_contents},
+           {"int64_contents", c->n_int64_contents}, {"int_contents", c->n_int_contents},
+           {"uint_contents", c->n_uint_contents},   {"uint64_contents", c->n_uint64_contents},
+           {"bool_contents", c->n_bool_contents},   {"bytes_contents", c->n_bytes_contents}};
+  int want = -1;
+  size_t esz = 0;
+  if (!strcmp(dt, "FP32")) want = 0, esz = 4;
+  else if (!strcmp(dt, "FP64")) want = 1, esz = 8;
+  else if (!strcmp(dt, "INT64")) want = 2, esz = 8;
+  else if (!strcmp(dt, "INT32")) want = 3, esz = 4;
+  else if (!strcmp(dt, "INT16")) want = 3, esz = 2;
+  else if (!strcmp(dt, "INT8")) want = 3, esz = 1;
+  else if (!strcmp(dt, "UINT32")) want = 4, esz = 4;
+  else if (!strcmp(dt, "UINT16")) want = 4, esz = 2;
+  else if (!strcmp(dt, "UINT8")) want = 4, esz = 1;
+  else if (!strcmp(dt, "UINT64")) want = 5, esz = 8;
+  else if (!strcmp(dt, "BOOL")) want = 6, esz = 1;
+  for (int k = 0; k < (int)(sizeof f / sizeof f[0]); k++) {
+    if (!f[k].n || k == want) continue;
+    if (want < 0)
+      snprintf(msg, msglen, "input '%s': datatype %s has no typed contents field; send it in "
+               "raw_input_contents (got contents.%s)", t->name ? t->name : "", dt, f[k].field);
+    else
+      snprintf(msg, msglen, "input '%s': datatype %s takes contents.%s or raw_input_contents; "
+               "got contents.%s", t->name ? t->name : "", dt, f[want].field, f[k].field);
+    return TPU_CODE_INVALID_ARGUMENT;
+  }
+  size_t n = want >= 0 ? f[want].n : 0;
+  uint8_t *b = malloc(n ? n * esz : 1);
+  if (!b) {
+    snprintf(msg, msglen, "out of memory");
+    return TPU_CODE_RESOURCE_EXHAUSTED;
+  }
+  for (size_t i = 0; i < n; i++) {
+    int64_t v = 0;
+    int ok = 1;
+    switch (want) {
+    case 0: memcpy(b + 4 * i, &c->fp32_contents[i], 4); continue;
+    case 1: memcpy(b + 8 * i, &c->fp64_contents[i], 8); continue;
+    case 2: memcpy(b + 8 * i, &c->int64_contents[i], 8); continue;
+    case 5: memcpy(b + 8 * i, &c->uint64_contents[i], 8); continue;
+    case 3:
+      v = c->int_contents[i];
+      ok = esz == 4 || (v >= -(INT64_C(1) << (8 * esz - 1)) && v < (INT64_C(1) << (8 * esz - 1)));
+      break;
+    case 4:
+      v = (int64_t)c->uint_contents[i];
+      ok = esz == 4 || v < (INT64_C(1) << (8 * esz));
+      break;
+    default: v = c->bool_contents[i] != 0; break;
+    }
+    if (!ok) {
+      snprintf(msg, msglen, "input '%s': element %zu (%lld) is out of range for %s",
+               t->name ? t->name : "", i, (long long)v, dt);
+      free(b);
+      return TPU_CODE_INVALID_ARGUMENT;
+    }
+    memcpy(b + esz * i, &v, esz); /* little-endian: the low bytes */
+  }
+  *out = b;
+  *len = n * esz;
+  return TPU_CODE_OK;
+}
+
+/* Requests that use typed contents other than fp32_contents (and no raw contents) are turned
+ * into raw contents, so every datatype travels one validated path. */
+static int typed_inputs(Inference__ModelInferRequest *q, char *msg, size_t msglen) {
+  if (q->n_raw_input_contents || !q->n_inputs) return TPU_CODE_OK;
+  int any = 0;
+  for (size_t i = 0; i < q->n_inputs; i++) {
+    const Inference__InferTensorContents *c = q->inputs[i]->contents;
+    any |= c && (c->n_bool_contents || c->n_int_contents || c->n_int64_contents ||
+                 c->n_uint_contents || c->n_uint64_contents || c->n_fp64_contents);
+  }
+  if (!any) return TPU_CODE_OK; /* the common fp32 case stays as it is (no copy) */
+  ProtobufCBinaryData *raw = calloc(q->n_inputs, sizeof *raw);
+  if (!raw) {
+    snprintf(msg, msglen, "out of memory");
+    return TPU_CODE_RESOURCE_EXHAUSTED;
+  }
+  for (size_t i = 0; i < q->n_inputs; i++) {
+    Inference__ModelInferRequest__InferInputTensor *t = q->inputs[i];
+    if (!t->contents) continue;
+    int code = typed_to_raw(t, &raw[i].data, &raw[i].len, msg, msglen);
+    if (code != TPU_CODE_OK) {
+      for (size_t k = 0; k < i; k++) free(raw[k].data);
+      free(raw);
+      return code;
+    }
+  }
+  for (size_t i = 0; i < q->n_inputs; i++) { /* the typed copies are raw now */
+    Inference__InferTensorContents *c = q->inputs[i]->contents;
+    if (!c) continue;
+    free(c->fp32_contents), c->fp32_contents = NULL, c->n_fp32_contents = 0;
+    free(c->fp64_contents), c->fp64_contents = NULL, c->n_fp64_contents = 0;
+    free(c->int64_contents), c->int64_contents = NULL, c->n_int64_contents = 0;
+    free(c->int_contents), c->int_contents = NULL, c->n_int_contents = 0;
+    free(c->uint_contents), c->uint_contents = NULL, c->n_uint_contents = 0;
+    free(c->uint64_contents), c->uint64_contents = NULL, c->n_uint64_contents = 0;
+    free(c->bool_contents), c->bool_contents = NULL, c->n_bool_contents = 0;
+  }
+  q->raw_input_contents = raw;
+  q->n_raw_input_contents = q->n_inputs;
+  return TPU_CODE_OK;
+}
+
 int tpu_validate_convert_inputs(Inference__ModelInferRequest *q, const tpu_vmodel_t *m,
                                 char *msg, size_t msglen) {
+  int tc = typed_inputs(q, msg, msglen);
+  if (tc != TPU_CODE_OK) return tc;
   for (size_t i = 0; i < q->n_inputs && i < q->n_raw_input_contents; i++) {
     Inference__ModelInferRequest__InferInputTensor *t = q->inputs[i];
     if (!t->datatype || !t->name) continue;

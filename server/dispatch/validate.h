@@ -84,7 +84,11 @@ void tpu_validate_describe_request(const struct Inference__ModelInferRequest *q,
 int tpu_validate_infer(const tpu_vmodel_t *model, const tpu_vrequest_t *req, tpu_vresult_t *res,
                        char *msg, size_t msglen);
 
-/* Converts raw input tensors whose datatype differs from the model input of the same name, in
+/* First, a request with no raw contents whose inputs use typed contents other than
+ * fp32_contents (int64_contents for INT64, int_contents for INT8..INT32, ...: OIP's field for
+ * each datatype) has them turned into raw contents (a field that does not match the datatype
+ * is refused naming both). Then it converts raw input tensors whose datatype differs from the
+ * model input of the same name, in
  * the directions that keep every value: any number type to FP32 or FP64 (an FP64 beyond FP32's
  * range is refused, not made infinite), integers to a model's signed integer type when each
  * value fits (else refused naming the element). Others are left for tpu_validate_infer to

@@ -244,15 +244,18 @@ static int cancelled(const tpu_model_load_opts_t *o) {
 }
 
 /* Converts, packs and plans layer `li` (shapes checked by layer_shape). */
-static tpu_status_t load_layer(tpu_model_t *m, const char *ck, size_t li,
-                               const tpu_model_load_opts_t *o, char *err, size_t errlen) {
+/* Layer li's weight as FP32 (and, for an I8 checkpoint, its int8 values and scales), its bias,
+ * checked as the contract says; buffers from alloc_floats (free them). */
+static tpu_status_t layer_arrays(tpu_model_t *m, const char *ck, size_t li, float **wf_out,
+                                 float **bias_out, float **scales_out, char *err, size_t errlen) {
   const tpu_model_layer_config_t *lc = &m->cfg->layers[li];
   layer_t *L = &m->layers[li];
   float *wf = NULL, *bias = NULL, *scales = NULL;
   tpu_status_t rc = TPU_OK;
   const tpu_st_tensor_t *w = L->wt;
   size_t out = L->out, k = L->in;
-
+  size_t nel = out * k; /* ≤ 2^40: no overflow */
+  *wf_out = *bias_out = *scales_out = NULL;
   if (L->bt) {
     const tpu_st_tensor_t *b = L->bt;
     if (!(bias = alloc_floats(out))) return fail(err, errlen, TPU_ENOMEM, ck, "out of memory");
@@ -260,121 +263,167 @@ static tpu_status_t load_layer(tpu_model_t *m, const char *ck, size_t li,
       rc = fail(err, errlen, TPU_EINVAL, ck,
                 "layers[%zu].bias '%s': dtype %s is not supported (expected F32, F16 or BF16)", li,
                 lc->bias, tpu_st_dtype_name(b->dtype));
-      goto done;
+      goto fail;
     }
     size_t bad = first_nonfinite(bias, out);
     if (bad < out) {
       rc = fail(err, errlen, TPU_EINVAL, ck, "layers[%zu].bias '%s': element [%zu] is %g; expected finite values",
                 li, lc->bias, bad, (double)bias[bad]);
-      goto done;
+      goto fail;
     }
   }
-
-  size_t nel = out * k; /* ≤ 2^40: no overflow */
-  tpu_weights_desc_t desc = {.compute = m->cfg->precision, .k = k, .n = out,
-                             .layout = TPU_LAYOUT_NK, .src_dtype = TPU_DTYPE_FP32};
+  if (!(wf = alloc_floats(nel))) {
+    rc = fail(err, errlen, TPU_ENOMEM, ck, "out of memory");
+    goto fail;
+  }
   if (w->dtype == TPU_ST_I8) {
-    const tpu_st_tensor_t *s = L->st;
+    const tpu_st_tensor_t *st = L->st;
     char sname[TPU_MODEL_MAX_NAME + 16];
     snprintf(sname, sizeof sname, "%s_scale", lc->weight);
     if (!(scales = alloc_floats(out))) {
       rc = fail(err, errlen, TPU_ENOMEM, ck, "out of memory");
-      goto done;
+      goto fail;
     }
-    if (!to_f32(s, scales)) {
+    if (!to_f32(st, scales)) {
       rc = fail(err, errlen, TPU_EINVAL, ck, "'%s': dtype %s is not supported (expected F32, F16 or BF16)",
-                sname, tpu_st_dtype_name(s->dtype));
-      goto done;
+                sname, tpu_st_dtype_name(st->dtype));
+      goto fail;
     }
     for (size_t i = 0; i < out; i++)
       if (!isfinite(scales[i]) || !(scales[i] > 0)) {
         rc = fail(err, errlen, TPU_EINVAL, ck, "'%s': element [%zu] is %g; expected a finite scale > 0",
                   sname, i, (double)scales[i]);
-        goto done;
+        goto fail;
       }
     const int8_t *q = w->data; /* bytes: no alignment needed */
-    for (size_t i = 0; i < nel; i++)
+    for (size_t i = 0; i < nel; i++) {
       if (q[i] == -128) {
         rc = fail(err, errlen, TPU_EINVAL, ck,
                   "layers[%zu].weight '%s': element [%zu, %zu] is -128; symmetric int8 weights "
                   "must be in [-127, 127]",
                   li, lc->weight, i / k, i % k);
-        goto done;
+        goto fail;
       }
-    if (m->cfg->precision == TPU_DTYPE_INT8) {
-      desc.src_dtype = TPU_DTYPE_INT8;
-      desc.src = q;
-      desc.src_scales = scales;
-    } else {
-      if (!(wf = alloc_floats(nel))) {
-        rc = fail(err, errlen, TPU_ENOMEM, ck, "out of memory");
-        goto done;
-      }
-      for (size_t i = 0; i < nel; i++) wf[i] = (float)q[i] * scales[i / k];
-      desc.src = wf;
+      wf[i] = (float)q[i] * scales[i / k];
     }
   } else {
-    if (!(wf = alloc_floats(nel))) {
-      rc = fail(err, errlen, TPU_ENOMEM, ck, "out of memory");
-      goto done;
-    }
     if (!to_f32(w, wf)) {
       rc = fail(err, errlen, TPU_EINVAL, ck,
                 "layers[%zu].weight '%s': dtype %s is not supported (expected F32, F16, BF16, or "
                 "I8 with '<weight>_scale')",
                 li, lc->weight, tpu_st_dtype_name(w->dtype));
-      goto done;
+      goto fail;
     }
     size_t bad = first_nonfinite(wf, nel);
     if (bad < nel) {
       rc = fail(err, errlen, TPU_EINVAL, ck,
                 "layers[%zu].weight '%s': element [%zu, %zu] is %g; expected finite values", li,
                 lc->weight, bad / k, bad % k, (double)wf[bad]);
-      goto done;
-    }
-    desc.src = wf;
-  }
-
-  if ((rc = tpu_weights_pack(m->engine, &desc, &L->w)) != TPU_OK) {
-    rc = fail(err, errlen, rc, ck, "layers[%zu] '%s': packing %zux%zu %s weights failed: %s", li,
-              lc->weight, out, k, tpu_model_precision_name(m->cfg->precision), tpu_strerror(rc));
-    goto done;
-  }
-  if (!(L->plans = calloc(m->cfg->nbuckets, sizeof *L->plans))) {
-    rc = fail(err, errlen, TPU_ENOMEM, ck, "out of memory");
-    goto done;
-  }
-  tpu_epilogue_t ep = {.bias = bias, .act = lc->act, .out_dtype = TPU_DTYPE_FP32};
-  for (size_t b = 0; b < m->cfg->nbuckets; b++) {
-    if (cancelled(o)) {
-      rc = fail(err, errlen, TPU_ECANCELED, ck, "load cancelled");
-      goto done;
-    }
-    rc = tpu_plan_create(m->engine, L->w, m->cfg->buckets[b], TPU_DTYPE_FP32, &ep, &L->plans[b]);
-    if (rc != TPU_OK) {
-      rc = fail(err, errlen, rc, ck, "layers[%zu] '%s': compiling the plan for bucket %zu failed: %s",
-                li, lc->weight, m->cfg->buckets[b], tpu_strerror(rc));
-      goto done;
+      goto fail;
     }
   }
-done:
+  *wf_out = wf;
+  *bias_out = bias;
+  *scales_out = scales;
+  return TPU_OK;
+fail:
   free(wf);
   free(bias);
   free(scales);
   return rc;
 }
 
+/* The dense chain as a graph (one execution path for every model): per layer a Gemm (x·Wᵀ +
+ * b: transB, W [out, in] as nn.Linear) and its activation as an ONNX node; the compiler fuses
+ * each pair back into one engine plan with the bias and activation in its epilogue. An I8
+ * checkpoint's weights are marked pre-quantized (tpu_graph_set_quantized), so int8 packs them
+ * as they are. */
+static tpu_status_t dense_graph(tpu_model_t *m, const char *ck, const tpu_model_load_opts_t *o,
+                                char *err, size_t errlen) {
+  const tpu_model_config_t *cfg = m->cfg;
+  tpu_graph_t *g = NULL;
+  tpu_status_t rc = tpu_graph_new(&g);
+  if (rc != TPU_OK) return fail(err, errlen, rc, ck, "out of memory");
+  m->graph = g;
+  int64_t in_dims[2] = {TPU_GRAPH_BATCH, (int64_t)cfg->input_width};
+  if ((rc = tpu_graph_add_tensor(g, cfg->input_name, TPU_GRAPH_FP32, 2, in_dims)) != TPU_OK)
+    return fail(err, errlen, rc, ck, "%s", tpu_graph_error(g));
+  char cur[TPU_MODEL_MAX_NAME + 32], next[TPU_MODEL_MAX_NAME + 32];
+  snprintf(cur, sizeof cur, "%s", cfg->input_name);
+  for (size_t li = 0; li < cfg->nlayers; li++) {
+    if (cancelled(o)) return fail(err, errlen, TPU_ECANCELED, m->dir, "load cancelled");
+    const tpu_model_layer_config_t *lc = &cfg->layers[li];
+    const layer_t *L = &m->layers[li];
+    float *wf, *bias, *scales;
+    if ((rc = layer_arrays(m, ck, li, &wf, &bias, &scales, err, errlen)) != TPU_OK) return rc;
+    int64_t wd[2] = {(int64_t)L->out, (int64_t)L->in}, bd[1] = {(int64_t)L->out};
+    rc = tpu_graph_add_initializer(g, lc->weight, TPU_GRAPH_FP32, 2, wd, wf,
+                                   L->out * L->in * sizeof(float));
+    if (rc == TPU_OK && scales)
+      rc = tpu_graph_set_quantized(g, lc->weight, L->wt->data, scales, 0);
+    if (rc == TPU_OK && bias)
+      rc = tpu_graph_add_initializer(g, lc->bias, TPU_GRAPH_FP32, 1, bd, bias,
+                                     L->out * sizeof(float));
+    free(wf);
+    free(bias);
+    free(scales);
+    if (rc != TPU_OK) return fail(err, errlen, rc, ck, "layers[%zu]: %s", li, tpu_graph_error(g));
+    int last = li + 1 == cfg->nlayers, act = lc->act != TPU_ACT_NONE;
+    char gemm_out[TPU_MODEL_MAX_NAME + 32];
+    snprintf(gemm_out, sizeof gemm_out, "%s", last && !act ? cfg->output_name : "");
+    if (!gemm_out[0]) snprintf(gemm_out, sizeof gemm_out, "tpud.layers[%zu].gemm", li);
+    const char *gin[3] = {cur, lc->weight, lc->bias};
+    const char *gout[1] = {gemm_out};
+    char gname[48];
+    snprintf(gname, sizeof gname, "layers[%zu]", li);
+    size_t idx;
+    rc = tpu_graph_add_node(g, gname, "Gemm", NULL, 13, bias ? 3 : 2, gin, 1, gout, &idx);
+    tpu_graph_attr_t tb = {.name = "transB", .type = TPU_GRAPH_ATTR_INT, .i = 1};
+    if (rc == TPU_OK) rc = tpu_graph_add_attr(g, idx, &tb);
+    snprintf(next, sizeof next, "%s", gemm_out);
+    if (rc == TPU_OK && act) {
+      static const struct {
+        tpu_act_t act;
+        const char *op;
+        int opset;
+      } ops[] = {{TPU_ACT_RELU, "Relu", 14},    {TPU_ACT_GELU, "Gelu", 20},
+                 {TPU_ACT_TANH, "Tanh", 13},    {TPU_ACT_SIGMOID, "Sigmoid", 13},
+                 {TPU_ACT_SOFTMAX, "Softmax", 13}};
+      const char *op = NULL;
+      int opset = 13;
+      for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+        if (ops[k].act == lc->act) op = ops[k].op, opset = ops[k].opset;
+      if (last) snprintf(next, sizeof next, "%s", cfg->output_name);
+      else snprintf(next, sizeof next, "tpud.layers[%zu].act", li);
+      const char *ain[1] = {gemm_out}, *aout[1] = {next};
+      char aname[48];
+      snprintf(aname, sizeof aname, "layers[%zu].activation", li);
+      rc = op ? tpu_graph_add_node(g, aname, op, NULL, opset, 1, ain, 1, aout, NULL) : TPU_EINVAL;
+    }
+    if (rc != TPU_OK) return fail(err, errlen, rc, ck, "layers[%zu]: %s", li, tpu_graph_error(g));
+    snprintf(cur, sizeof cur, "%s", next);
+  }
+  const char *ins[1] = {cfg->input_name}, *outs[1] = {cfg->output_name};
+  if ((rc = tpu_graph_set_inputs(g, 1, ins)) != TPU_OK ||
+      (rc = tpu_graph_set_outputs(g, 1, outs)) != TPU_OK || (rc = tpu_graph_validate(g)) != TPU_OK)
+    return fail(err, errlen, rc, ck, "%s", tpu_graph_error(g));
+  tpu_graph_compile_opts_t co = {.precision = cfg->precision};
+  for (size_t b = cfg->nbuckets; b-- > 0;) { /* the largest first: the others share with it */
+    if (cancelled(o)) return fail(err, errlen, TPU_ECANCELED, m->dir, "load cancelled");
+    co.share = m->progs[cfg->nbuckets - 1]; /* weights packed once, one arena */
+    rc = tpu_graph_compile(g, m->engine, (int64_t)cfg->buckets[b], &co, &m->progs[b]);
+    if (rc != TPU_OK)
+      return fail(err, errlen, rc, ck, "compiling the plan for bucket %zu failed: %s",
+                  cfg->buckets[b], tpu_graph_error(g));
+  }
+  /* Weights and biases now live in the packed weights and epilogues only. */
+  tpu_graph_release_constants(g, (const tpu_graph_program_t *const *)m->progs, cfg->nbuckets);
+  return TPU_OK;
+}
+
 void tpu_model_free(tpu_model_t *m) {
   if (!m) return;
-  for (size_t i = 0; m->layers && i < m->nlayers; i++) {
-    for (size_t b = 0; m->layers[i].plans && b < m->cfg->nbuckets; b++)
-      tpu_plan_free(m->layers[i].plans[b]);
-    free(m->layers[i].plans);
-    tpu_weights_free(m->layers[i].w);
-  }
   free(m->layers);
-  free(m->act[0]);
-  free(m->act[1]);
   tpu__model_free_graph(m);
   for (size_t i = 0; i < m->nin; i++) free(m->ins[i].name);
   for (size_t i = 0; i < m->nout; i++) free(m->outs[i].name);
@@ -386,8 +435,6 @@ void tpu_model_free(tpu_model_t *m) {
   free(m);
 }
 
-static tpu_status_t run_layers(tpu_model_t *m, size_t bucket_index, const float *in, float *out,
-                               const tpu_model_load_opts_t *o);
 static tpu_status_t reference_check(tpu_model_t *m, tpu_model_load_opts_t *o, int *sys,
                                     char *err, size_t errlen);
 
@@ -453,26 +500,10 @@ static tpu_status_t load_dense(tpu_model_t *m, const char *ck, tpu_model_load_op
               fmt_bytes(b10, sizeof b10, z.transient));
     goto fail;
   }
-  for (size_t i = 0; i < cfg->nlayers; i++) {
-    if (cancelled(o)) {
-      rc = fail(err, errlen, TPU_ECANCELED, dir, "load cancelled");
-      goto fail;
-    }
-    if ((rc = load_layer(m, ck, i, o, err, errlen)) != TPU_OK) goto fail;
-  }
+  if ((rc = dense_graph(m, ck, o, err, errlen)) != TPU_OK) goto fail;
   for (size_t i = 0; i < cfg->nlayers; i++) m->layers[i].wt = m->layers[i].bt = m->layers[i].st = NULL;
   tpu_safetensors_close(st); /* weights are packed: the checkpoint's bytes are no longer needed */
   st = NULL;
-
-  size_t maxb = cfg->max_batch_size; /* ≤ 4096 and widths ≤ 2^20: products fit size_t */
-  if (cfg->nlayers > 1) {
-    m->act[0] = alloc_floats(maxb * hidden);
-    m->act[1] = cfg->nlayers > 2 ? alloc_floats(maxb * hidden) : NULL;
-  }
-  if ((cfg->nlayers > 1 && !m->act[0]) || (cfg->nlayers > 2 && !m->act[1])) {
-    rc = fail(err, errlen, TPU_ENOMEM, dir, "out of memory for %zu-row scratch", maxb);
-    goto fail;
-  }
   m->memory_bytes = z.held;
   m->nin = m->nout = 1;
   for (int k = 0; k < 2; k++) {
@@ -553,7 +584,7 @@ tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *n
   for (size_t b = 0; b < cfg->nbuckets; b++) {
     if (cancelled(o)) {
       rc = TPU_ECANCELED;
-    } else if (cfg->format == TPU_MODEL_FORMAT_ONNX) {
+    } else {
       char rerr[256] = "";
       rc = tpu__model_run_graph(m, b, m->pad_in, m->pad_out, rerr, sizeof rerr);
       if (rc != TPU_OK && rc != TPU_ECANCELED) {
@@ -561,8 +592,6 @@ tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *n
                   cfg->buckets[b], rerr);
         goto fail;
       }
-    } else {
-      rc = run_layers(m, b, (const float *)m->pad_in, (float *)m->pad_out, o);
     }
     if (rc == TPU_ECANCELED) {
       rc = fail(err, errlen, rc, dir, "load cancelled during warm-up");
@@ -594,28 +623,12 @@ int tpu_model_bucket_index(const tpu_model_t *m, size_t rows) {
   return -1;
 }
 
-/* The layer chain on one padded batch; with a load's options, the cancel flag is checked
- * before each layer (warm-up runs of a large model take a while). */
-static tpu_status_t run_layers(tpu_model_t *m, size_t bucket_index, const float *in, float *out,
-                               const tpu_model_load_opts_t *o) {
-  const float *x = in;
-  for (size_t i = 0; i < m->nlayers; i++) {
-    if (cancelled(o)) return TPU_ECANCELED;
-    float *y = i + 1 == m->nlayers ? out : m->act[i & 1];
-    tpu_status_t rc = tpu_plan_run(m->layers[i].plans[bucket_index], x, NULL, y);
-    if (rc != TPU_OK) return rc;
-    x = y;
-  }
-  return TPU_OK;
-}
 
 tpu_status_t tpu_model_run(tpu_model_t *m, size_t bucket_index, const void *in, void *out,
                            char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
   if (!m || !in || !out || bucket_index >= m->cfg->nbuckets) return TPU_EINVAL;
-  if (m->cfg->format == TPU_MODEL_FORMAT_ONNX)
-    return tpu__model_run_graph(m, bucket_index, in, out, err, errlen);
-  return run_layers(m, bucket_index, in, out, NULL);
+  return tpu__model_run_graph(m, bucket_index, in, out, err, errlen);
 }
 
 tpu_status_t tpu_model_infer(tpu_model_t *m, size_t rows, const void *in, void *out) {
@@ -938,14 +951,7 @@ tpu_status_t tpu_model_bucket_cost(const tpu_model_t *m, size_t bucket_index, ui
                                    uint64_t *cycles, uint64_t *slots) {
   if (!m || bucket_index >= m->cfg->nbuckets) return TPU_EINVAL;
   uint64_t a = 0, c = 0, s = 0;
-  if (m->cfg->format == TPU_MODEL_FORMAT_ONNX) tpu_graph_program_cost(m->progs[bucket_index], &a, &c, &s);
-  for (size_t i = 0; i < m->nlayers; i++) {
-    uint64_t la, lc, ls;
-    tpu_plan_cost(m->layers[i].plans[bucket_index], &la, &lc, &ls);
-    a += la;
-    c += lc;
-    s += ls;
-  }
+  tpu_graph_program_cost(m->progs[bucket_index], &a, &c, &s);
   if (macs) *macs = a;
   if (cycles) *cycles = c;
   if (slots) *slots = s;

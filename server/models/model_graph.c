@@ -134,15 +134,21 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
     return fail(err, errlen, TPU_ENOTSUP, ck, "the graph has %zu inputs and %zu outputs; "
                 "tpud serves 1 to %d of each", nin, nout, TPU_MODEL_MAX_IO);
   size_t nbatched = 0;
+  const char *fixed = NULL, *batched = NULL;
   for (size_t i = 0; i < nin; i++) {
     tpu_graph_tensor_info_t ti;
     tpu_graph_tensor(m->graph, (size_t)tpu_graph_input(m->graph, i), &ti);
-    if (ti.rank >= 1 && ti.dims[0] == TPU_GRAPH_BATCH) nbatched++;
+    if (ti.rank >= 1 && ti.dims[0] == TPU_GRAPH_BATCH) {
+      nbatched++;
+      batched = ti.name;
+    } else if (!fixed) {
+      fixed = ti.name;
+    }
   }
   if (nbatched && nbatched != nin)
-    return fail(err, errlen, TPU_ENOTSUP, ck, "%zu of the graph's %zu inputs have a batch "
-                "(symbolic) dimension 0 and the others a fixed one; tpud batches all inputs or "
-                "none", nbatched, nin);
+    return fail(err, errlen, TPU_ENOTSUP, ck, "graph input '%s' has a fixed shape but '%s' has "
+                "a batch (symbolic) dimension 0 (%zu of %zu inputs do); tpud batches all inputs "
+                "or none", fixed, batched, nbatched, nin);
   m->batched = nbatched > 0;
   if (!m->batched) { /* served at its fixed shape: one bucket of one "row", the whole tensor */
     cfg->nbuckets = 1;
@@ -165,8 +171,9 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
                                  .nfp32_nodes = cfg->noverrides,
                                  .memory_limit = limit};
   uint64_t held = 0;
-  for (size_t b = 0; b < cfg->nbuckets; b++) {
+  for (size_t b = cfg->nbuckets; b-- > 0;) { /* the largest first: the others share with it */
     if (cancel && atomic_load(cancel)) return fail(err, errlen, TPU_ECANCELED, ck, "load cancelled");
+    co.share = m->progs[cfg->nbuckets - 1]; /* weights packed once, one arena */
     rc = tpu_graph_compile(m->graph, m->engine, (int64_t)cfg->buckets[b], &co, &m->progs[b]);
     if (rc != TPU_OK)
       return fail(err, errlen, rc, ck, "%s%s", tpu_graph_error(m->graph),
@@ -177,6 +184,9 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
                   "bytes, more than the model memory limit of %llu; use fewer or smaller "
                   "buckets", b + 1, (unsigned long long)held, (unsigned long long)limit);
   }
+  /* Weights packed into plans are not kept twice. */
+  tpu_graph_release_constants(m->graph, (const tpu_graph_program_t *const *)m->progs,
+                              cfg->nbuckets);
   /* Inputs and outputs from the largest bucket's program; every bucket must agree. */
   const tpu_graph_program_t *big = m->progs[cfg->nbuckets - 1];
   size_t off = 0;
@@ -279,7 +289,10 @@ tpu_status_t tpu__model_run_graph(tpu_model_t *m, size_t b, const void *in, void
 }
 
 void tpu__model_free_graph(tpu_model_t *m) {
-  for (size_t b = 0; b < TPU_MODEL_MAX_BUCKETS; b++) tpu_graph_program_free(m->progs[b]);
+  size_t last = m->cfg ? m->cfg->nbuckets - 1 : 0; /* the largest owns what the others share */
+  for (size_t b = 0; b < TPU_MODEL_MAX_BUCKETS; b++)
+    if (b != last) tpu_graph_program_free(m->progs[b]);
+  tpu_graph_program_free(m->progs[last]);
   for (size_t i = 0; i < TPU_MODEL_MAX_IO; i++) {
     free(m->gin[i]);
     free(m->gout[i]);

@@ -3,10 +3,11 @@
  * steps, reference check, accessors) and model_graph.c (ONNX graph models).
  *
  * DESIGN
- * Not public API (the `tpu__` prefix). A model of either format ends up with the same outside:
- * its inputs and outputs (ins/outs, in packed-row order), its buckets (cfg's), one run function
- * per format and staging for tpu_model_infer. The dense chain keeps its layers and plans; a
- * graph model keeps the graph and one compiled program per bucket.
+ * Not public API (the `tpu__` prefix). Every format ends up as the same thing: a graph (the
+ * dense chain is built as one: Gemm and activation nodes, model.c's dense_graph; ONNX is
+ * decoded into one, model_graph.c) compiled into one program per bucket, its inputs and outputs
+ * (ins/outs, in packed-row order), its buckets (cfg's) and staging for tpu_model_infer. One
+ * run path, tpu__model_run_graph.
  */
 #ifndef TPU_MODEL_INT_H
 #define TPU_MODEL_INT_H
@@ -16,9 +17,7 @@
 #include "tpu_graph.h"
 
 typedef struct {
-  tpu_weights_t *w;
   size_t in, out;   /* K and N */
-  tpu_plan_t **plans; /* one per bucket */
   const tpu_st_tensor_t *wt, *bt, *st; /* weight, bias, I8 scales in the checkpoint (load) */
 } layer_t;
 
@@ -40,11 +39,10 @@ struct tpu_model {
   size_t nin, nout;
   size_t in_row, out_row; /* bytes of a packed row */
   int batched;
-  /* dense */
+  /* dense: the layers' shapes and checkpoint tensors (while loading) */
   layer_t *layers;
   size_t nlayers;
-  float *act[2];        /* ping-pong activations: max_bucket × max_hidden floats each */
-  /* graph */
+  /* the graph (every format: the dense chain is built as one) and its programs */
   tpu_graph_t *graph;
   tpu_graph_program_t *progs[TPU_MODEL_MAX_BUCKETS];
   void *gin[TPU_MODEL_MAX_IO], *gout[TPU_MODEL_MAX_IO]; /* per-tensor staging (several) */

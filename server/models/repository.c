@@ -901,8 +901,13 @@ static void load_version(tpu__repo_t *r, mstate_t *m, vstate_t *v) {
   v->reason[0] = 0;
   if (old) v->ndraining++;
   publish(r); /* the new instance serves from here on */
+  /* The record says what was verified: the files, and the reference check's result. */
+  char what[768];
+  const char *ref = tpu_model_reference_result(inst->model);
+  tpu_errf(what, sizeof what, "%s%s%s", old ? "files changed: a new instance serves" : vdir,
+           ref[0] ? "; reference check " : "", ref);
   tpu__audit_event(r->srv, old ? TPU_AUDIT_KIND_RELOAD : TPU_AUDIT_KIND_LOAD, m->name, v->version,
-                   old ? "files changed: a new instance serves" : vdir);
+                   what);
   if (old) {
     tpu_log_info("%s: swapped to the new instance; the old one finishes its in-flight requests",
                  old->label);

@@ -315,12 +315,132 @@ static void test_precision(void) {
   CU_ASSERT_FATAL(tpu_graph_program_input(p3, 0, &io3) == TPU_OK);
   CU_ASSERT_EQUAL(io3.dims[0], 3);
   CU_ASSERT_EQUAL(io3.bytes, 3u * D * 4);
+  /* A program compiled with share reuses the packed weights: same results, less memory. */
+  tpu_graph_compile_opts_t so = {.share = p8};
+  tpu_graph_program_t *s8 = compile(g, 8, &so);
+  CU_ASSERT(tpu_graph_program_memory(s8) + 3u * D * D * 4 <= tpu_graph_program_memory(p8));
+  CU_ASSERT_FATAL(tpu_graph_program_run(s8, in, out) == TPU_OK);
+  CU_ASSERT(memcmp(y, ref, sizeof y) == 0);
+  tpu_graph_program_free(s8); /* sharers first */
   tpu_graph_program_free(p8);
   tpu_graph_program_free(p3);
   /* A memory limit below the program's needs is refused. */
   tpu_graph_compile_opts_t lim = {.memory_limit = 64};
   CU_ASSERT_EQUAL(tpu_graph_compile(g, engine(), 8, &lim, &p), TPU_ERANGE);
   CU_ASSERT_PTR_NOT_NULL(strstr(tpu_graph_error(g), "limit"));
+  tpu_graph_free(g);
+}
+
+
+/* GELU as PyTorch exports it after a Gemm (h/√2 → Erf → +1 → h·_ → ·0.5) becomes the plan's
+ * exact GELU epilogue; with an intermediate also a graph output nothing is fused. Both agree
+ * with 0.5·h·(1 + erf(h/√2)). */
+static void test_gelu_pattern(void) {
+  static float w[N * K], b[N], x[M * K], y[M * N], e[M * N];
+  fill(w, N * K);
+  fill(b, N);
+  fill(x, M * K);
+  float c_sqrt2 = 1.4142135f, c_one = 1.0f, c_half = 0.5f;
+  for (int pinned = 0; pinned < 2; pinned++) {
+    tpu_graph_t *g = mk();
+    int64_t xd[] = {TPU_GRAPH_BATCH, K}, wd[] = {N, K}, bd[] = {N};
+    input(g, "x", 2, xd);
+    init(g, "W", 2, wd, w, N * K);
+    init(g, "b", 1, bd, b, N);
+    init(g, "sqrt2", 0, NULL, &c_sqrt2, 1);
+    init(g, "one", 0, NULL, &c_one, 1);
+    init(g, "half", 0, NULL, &c_half, 1);
+    const char *gin[] = {"x", "W", "b"}, *d_in[] = {"h", "sqrt2"}, *e_in[] = {"d"},
+               *a_in[] = {"e", "one"}, *m_in[] = {"h", "a"}, *h_in[] = {"half", "m"};
+    size_t gn = node(g, "fc", "Gemm", 3, gin, "h");
+    attr_i(g, gn, "transB", 1);
+    node(g, "div", "Div", 2, d_in, "d");
+    node(g, "erf", "Erf", 1, e_in, "e");
+    node(g, "add", "Add", 2, a_in, "a");
+    node(g, "mul", "Mul", 2, m_in, "m");
+    node(g, "mul_1", "Mul", 2, h_in, "y");
+    const char *ins[] = {"x"}, *outs[] = {"y", "e"};
+    CU_ASSERT_FATAL(tpu_graph_set_inputs(g, 1, ins) == TPU_OK);
+    CU_ASSERT_FATAL(tpu_graph_set_outputs(g, pinned ? 2 : 1, outs) == TPU_OK);
+    tpu_graph_program_t *p = NULL;
+    tpu_status_t st = tpu_graph_compile(g, engine(), M, NULL, &p);
+    CU_ASSERT_FATAL(st == TPU_OK);
+    CU_ASSERT_EQUAL(tpu_graph_program_step_count(p), pinned ? 6u : 1u);
+    char desc[1024];
+    tpu_graph_program_describe(p, desc, sizeof desc);
+    CU_ASSERT_EQUAL(strstr(desc, "gelu") != NULL, !pinned);
+    const void *in[] = {x};
+    void *out[] = {y, e};
+    CU_ASSERT_FATAL(tpu_graph_program_run(p, in, out) == TPU_OK);
+    double want[M * N];
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) {
+        double h = b[j];
+        for (int k = 0; k < K; k++) h += (double)x[i * K + k] * w[j * K + k];
+        want[i * N + j] = 0.5 * h * (1 + erf(h / sqrt(2.0)));
+      }
+    double worst = 0;
+    for (int i = 0; i < M * N; i++) {
+      double err = fabs(y[i] - want[i]) - 1e-6 * fabs(want[i]);
+      if (err > worst) worst = err;
+    }
+    if (worst >= 1e-6) fprintf(stderr, "gelu (pinned %d): worst excess %g\n", pinned, worst);
+    CU_ASSERT(worst < 1e-6);
+    tpu_graph_program_free(p);
+    tpu_graph_free(g);
+  }
+}
+
+
+/* Gemm → BatchNormalization → Relu (a PyTorch MLP with BatchNorm1d, eval mode) folds into one
+ * engine plan and agrees with relu(γ·(x·Wᵀ + b − μ)/√(σ²+ε) + β). */
+static void test_batchnorm_fold(void) {
+  static float w[N * K], b[N], x[M * K], y[M * N], gam[N], bet[N], mu[N], var[N];
+  fill(w, N * K);
+  fill(b, N);
+  fill(x, M * K);
+  fill(gam, N);
+  fill(bet, N);
+  fill(mu, N);
+  fill(var, N);
+  for (int j = 0; j < N; j++) var[j] = var[j] * var[j] + 0.1f;
+  tpu_graph_t *g = mk();
+  int64_t xd[] = {TPU_GRAPH_BATCH, K}, wd[] = {N, K}, bd[] = {N};
+  input(g, "x", 2, xd);
+  init(g, "W", 2, wd, w, N * K);
+  init(g, "b", 1, bd, b, N);
+  init(g, "gamma", 1, bd, gam, N);
+  init(g, "beta", 1, bd, bet, N);
+  init(g, "mean", 1, bd, mu, N);
+  init(g, "var", 1, bd, var, N);
+  const char *gin[] = {"x", "W", "b"}, *bn_in[] = {"h", "gamma", "beta", "mean", "var"},
+             *r_in[] = {"n"};
+  size_t gn = node(g, "fc", "Gemm", 3, gin, "h");
+  attr_i(g, gn, "transB", 1);
+  size_t bn = node(g, "bn", "BatchNormalization", 5, bn_in, "n");
+  attr_f(g, bn, "epsilon", 1e-3f);
+  node(g, "act", "Relu", 1, r_in, "y");
+  io(g, "x", "y");
+  tpu_graph_program_t *p = compile(g, M, NULL);
+  CU_ASSERT_EQUAL(tpu_graph_program_step_count(p), 1);
+  char desc[512];
+  tpu_graph_program_describe(p, desc, sizeof desc);
+  CU_ASSERT_PTR_NOT_NULL(strstr(desc, "batchnorm relu"));
+  const void *in[] = {x};
+  void *out[] = {y};
+  CU_ASSERT_FATAL(tpu_graph_program_run(p, in, out) == TPU_OK);
+  double worst = 0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double h = b[j];
+      for (int k = 0; k < K; k++) h += (double)x[i * K + k] * w[j * K + k];
+      double v = gam[j] * (h - mu[j]) / sqrt((double)var[j] + 1e-3) + bet[j];
+      v = v > 0 ? v : 0;
+      double e = fabs(y[i * N + j] - v) - 1e-5 * fabs(v);
+      if (e > worst) worst = e;
+    }
+  CU_ASSERT(worst < 1e-5);
+  tpu_graph_program_free(p);
   tpu_graph_free(g);
 }
 
@@ -337,6 +457,8 @@ static void test_arguments(void) {
 TPU_TEST_SUITE(graph_exec,
                {"gemm_fused", test_gemm_fused},
                {"matmul_add_fused", test_matmul_add_fused},
+               {"gelu_pattern", test_gelu_pattern},
+               {"batchnorm_fold", test_batchnorm_fold},
                {"matmul_tensors", test_matmul_tensors},
                {"folding_and_trans_a", test_folding_and_trans_a},
                {"precision", test_precision},

@@ -38,6 +38,11 @@
  *                     one "node/test_name  reason" a line ('#' comments). Such a test that
  *                     fails counts as expected; one that passes is a FAIL (the list must stay
  *                     true: remove it).
+ *   --export-repo DIR each passing test as a model version for the real server:
+ *                     DIR/<root>.<test>/1/ with model.onnx, reference.safetensors (its first
+ *                     data set: input.NAME, output.NAME) and a model.json (format onnx, both
+ *                     SHA-256s, the suite's tolerances; batched tests get one bucket of the
+ *                     test's batch): tests/integration/test_onnx_backend.sh serves them
  *   --expect-no-fail  the default: exit status 1 when any test fails
  * Exit status: 0 no failure, 1 some test failed, 2 usage or out of memory, 77 a given test or
  * root does not exist (CTest's SKIP_RETURN_CODE: the test data is not installed).
@@ -54,6 +59,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "onnx.h"
 #include "onnx_graph.h"
 #include "tpu_engine.h"
@@ -479,6 +485,123 @@ static void set_fail(outcome_t *o, const tpu_onnx_model_t *m, const char *set, c
   snprintf(o->key, n, "%s in %s", fail_kind(msg), ops);
 }
 
+/* ---- --export-repo ---- */
+
+static const char *export_dir; /* NULL: no export */
+
+static const char *st_dtype(tpu_graph_dtype_t d) {
+  switch (d) {
+  case TPU_GRAPH_FP32: return "F32";
+  case TPU_GRAPH_FP16: return "F16";
+  case TPU_GRAPH_BF16: return "BF16";
+  case TPU_GRAPH_FP64: return "F64";
+  case TPU_GRAPH_INT64: return "I64";
+  case TPU_GRAPH_INT32: return "I32";
+  case TPU_GRAPH_INT8: return "I8";
+  case TPU_GRAPH_UINT8: return "U8";
+  case TPU_GRAPH_BOOL: return "BOOL";
+  default: return NULL;
+  }
+}
+
+static int write_file(const char *path, const void *a, size_t alen, const void *b, size_t blen) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  int ok = fwrite(a, 1, alen, f) == alen && (!blen || fwrite(b, 1, blen, f) == blen);
+  return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* Writes the passing test `o` (program p, first data set's tensors in/ex) into export_dir.
+ * Returns 0, or -1 with msg. */
+static int export_test(const outcome_t *o, const tpu_graph_program_t *p, const tensors_t *in,
+                       const tensors_t *ex, int batched, int64_t batch, char *msg) {
+  char dir[4096], path[4200], name[512];
+  snprintf(name, sizeof name, "%s", o->test);
+  for (char *c = name; *c; c++)
+    if (*c == '/') *c = '.';
+  snprintf(dir, sizeof dir, "%s/%s", export_dir, name);
+  mkdir(dir, 0755);
+  snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/1");
+  mkdir(dir, 0755);
+  /* reference.safetensors: header of every tensor in order, then their bytes */
+  size_t cap = 4096, len = 0, data = 0;
+  char *hdr = xmalloc(cap);
+  len += (size_t)snprintf(hdr, cap, "{");
+  size_t ni = tpu_graph_program_input_count(p), no = tpu_graph_program_output_count(p);
+  for (size_t k = 0; k < ni + no; k++) {
+    tpu_graph_io_t io;
+    if (k < ni) tpu_graph_program_input(p, k, &io);
+    else tpu_graph_program_output(p, k - ni, &io);
+    const char *dt = st_dtype(io.dtype);
+    if (!dt || strpbrk(io.name, "\"\\") || !io.name[0]) {
+      snprintf(msg, MSG, "export: tensor '%s' cannot be written", io.name);
+      free(hdr);
+      return -1;
+    }
+    if (cap - len < 512 + strlen(io.name)) hdr = realloc(hdr, cap = cap * 2 + strlen(io.name));
+    len += (size_t)snprintf(hdr + len, cap - len, "%s\"%s.%s\":{\"dtype\":\"%s\",\"shape\":[",
+                            k ? "," : "", k < ni ? "input" : "output", io.name, dt);
+    for (int d = 0; d < io.rank; d++)
+      len += (size_t)snprintf(hdr + len, cap - len, "%s%lld", d ? "," : "",
+                              (long long)io.dims[d]);
+    len += (size_t)snprintf(hdr + len, cap - len, "],\"data_offsets\":[%zu,%zu]}", data,
+                            data + io.bytes);
+    data += io.bytes;
+  }
+  len += (size_t)snprintf(hdr + len, cap - len, "}");
+  while (len % 8) hdr[len++] = ' ';
+  unsigned char *file = xmalloc(8 + len + data);
+  uint64_t hl = len;
+  memcpy(file, &hl, 8);
+  memcpy(file + 8, hdr, len);
+  size_t at = 8 + len;
+  for (size_t k = 0; k < ni + no; k++) {
+    tpu_graph_io_t io;
+    if (k < ni) tpu_graph_program_input(p, k, &io);
+    else tpu_graph_program_output(p, k - ni, &io);
+    const tpu_onnx_tensor_t *t = k < ni ? match(in, k, io.name) : match(ex, k - ni, io.name);
+    if (io.bytes) memcpy(file + at, t->data, io.bytes);
+    at += io.bytes;
+  }
+  free(hdr);
+  char ref_sha[65], model_sha[65];
+  tpu_file_sha256(file, at, NULL, ref_sha);
+  snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+  int rc = write_file(path, file, at, NULL, 0);
+  free(file);
+  size_t mlen = 0;
+  char src[4200];
+  snprintf(src, sizeof src, "%s/model.onnx", o->dir);
+  char *model = read_file(src, &mlen);
+  if (rc != 0 || !model) {
+    free(model);
+    snprintf(msg, MSG, "export: cannot write %s", dir);
+    return -1;
+  }
+  tpu_file_sha256(model, mlen, NULL, model_sha);
+  snprintf(path, sizeof path, "%s/model.onnx", dir);
+  rc = write_file(path, model, mlen, NULL, 0);
+  free(model);
+  char json[1024];
+  char batching[128] = "";
+  if (batched)
+    snprintf(batching, sizeof batching,
+             ",\n  \"batching\": {\"max_batch_size\": %lld, \"buckets\": [%lld]}",
+             (long long)batch, (long long)batch);
+  int n = snprintf(json, sizeof json,
+                   "{\n  \"format\": \"onnx\",\n  \"checkpoint\": {\"file\": \"model.onnx\", "
+                   "\"sha256\": \"%s\"}%s,\n  \"reference\": {\"file\": "
+                   "\"reference.safetensors\", \"sha256\": \"%s\", \"rtol\": %g, \"atol\": "
+                   "%g}\n}\n",
+                   model_sha, batching, ref_sha, RTOL, ATOL);
+  snprintf(path, sizeof path, "%s/model.json", dir);
+  if (rc != 0 || write_file(path, json, (size_t)n, NULL, 0) != 0) {
+    snprintf(msg, MSG, "export: cannot write %s", dir);
+    return -1;
+  }
+  return 0;
+}
+
 static void run_test(tpu_engine_t *eng, outcome_t *o) {
   char msg[MSG], path[4096];
   tpu_onnx_model_t *m = NULL;
@@ -594,6 +717,21 @@ static void run_test(tpu_engine_t *eng, outcome_t *o) {
         set_fail(o, m, sets[s], msg);
         break;
       }
+    }
+  }
+  if (export_dir && o->result == R_PASS && nsets) {
+    tensors_free(&in);
+    tensors_free(&ex);
+    int64_t batch = 1;
+    if (read_tensors(sets[0], "input", &in, msg) == TPU_OK &&
+        read_tensors(sets[0], "output", &ex, msg) == TPU_OK &&
+        (batch = batch_of(m, &in)) == pbatch) {
+      int batched = 0;
+      for (size_t i = 0; i < m->ninputs; i++)
+        batched |= !m->inputs[i].initializer && m->inputs[i].ndim > 0 &&
+                   m->inputs[i].dims[0] == TPU_GRAPH_BATCH;
+      if (export_test(o, p, &in, &ex, batched, batch, msg) != 0)
+        fprintf(stderr, "onnx_backend: %s: %s\n", o->test, msg);
     }
   }
 done:
@@ -831,7 +969,8 @@ static const char *xfail_reason(const char *test) {
 
 static void usage(void) {
   fprintf(stderr, "usage: onnx_backend [--verbose] [--list-failures] [--expect-no-fail] "
-                  "[--no-fork] [--timeout S] [--xfail FILE] [--root DIR]... [TEST_DIR]...\n");
+                  "[--no-fork] [--timeout S] [--xfail FILE] [--export-repo DIR] [--root DIR]... "
+                  "[TEST_DIR]...\n");
   exit(2);
 }
 
@@ -849,6 +988,13 @@ int main(int argc, char **argv) {
       isolate = 0;
     } else if (!strcmp(a, "--timeout")) {
       if (++i >= argc || (limit = (unsigned)strtoul(argv[i], NULL, 10)) == 0) usage();
+    } else if (!strcmp(a, "--export-repo")) {
+      if (++i >= argc) usage();
+      export_dir = argv[i];
+      if (mkdir(export_dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "onnx_backend: cannot create '%s': %s\n", export_dir, strerror(errno));
+        return 2;
+      }
     } else if (!strcmp(a, "--xfail")) {
       if (++i >= argc) usage();
       load_xfail(argv[i]);
