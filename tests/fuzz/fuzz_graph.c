@@ -8,7 +8,7 @@
  *   header   flags (bits 0-1 batch sizes, 2-3 precision, 4-5 how graph inputs are filled),
  *            then 1-3 batch sizes
  *   inputs   1-3 graph inputs: dtype, rank, dims, whether dimension 0 is the batch
- *   items    up to 16 nodes (an op of the supported set with inputs picked from the tensors so
+ *   items    up to 16 nodes (an op of the supported set, quantization ops included, with inputs picked from the tensors so
  *            far, absent ones and unknown names included, 1-3 outputs, an opset and attributes
  *            of the op's own names with values from tables of edge values, sometimes of the
  *            wrong type) or initializers (small shapes, any dtype, data raw or from edge values:
@@ -231,6 +231,12 @@ static const op_spec_t ops[] = {
      {{"value", A_T}, {"value_float", A_F}, {"value_ints", A_IS}, {"value_floats", A_FS}}},
     {"Shape", 1, 1, {{"start", A_I}, {"end", A_I}}},
     {"Dropout", 1, 2, {{"ratio", A_F}}},
+    {"QuantizeLinear", 3, 1,
+     {{"axis", A_I}, {"saturate", A_I}, {"block_size", A_I}, {"output_dtype", A_I}}},
+    {"DequantizeLinear", 3, 1, {{"axis", A_I}, {"block_size", A_I}}},
+    {"MatMulInteger", 4, 1, {{0}}},
+    {"QLinearMatMul", 8, 1, {{0}}},
+    {"DynamicQuantizeLinear", 1, 3, {{0}}},
 };
 #define NOPS (sizeof ops / sizeof ops[0])
 

@@ -298,7 +298,8 @@ G_OPS = ["Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Whe
          "Exp", "Log", "Identity", "Cast", "Softmax", "LogSoftmax", "LayerNormalization",
          "BatchNormalization", "ReduceSum", "ReduceMean", "ReduceMax", "ArgMax", "Gather",
          "Concat", "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Identity2",
-         "Constant", "Shape", "Dropout"]
+         "Constant", "Shape", "Dropout", "QuantizeLinear", "DequantizeLinear", "MatMulInteger",
+         "QLinearMatMul", "DynamicQuantizeLinear"]
 G_OPSET13 = 0
 def g_shape(dims): return bytes([len(dims)] + [G_DIM[d] for d in dims])
 def g_input(dt, dims, batch): return bytes([G_DT[dt], 1 if batch else 0]) + g_shape(dims)
@@ -325,6 +326,9 @@ write("fuzz_graph", "shape_reshape", g_prog(1, 1, [2], [g_input("FP32", [2, 3, 4
 write("fuzz_graph", "layernorm", g_prog(0, 2, [1, 2], [g_input("FP32", [2, 4], True)], [
     g_init("FP32", [4], 2, bytes([1, 5, 3, 11])), g_init("FP32", [4], 1, small[:4]),
     g_node("LayerNormalization", [2, 1, 0]), g_node("ArgMax", [0])], small))
+write("fuzz_graph", "quant", g_prog(0, 1, [2], [g_input("FP32", [2, 4], True)], [
+    g_node("DynamicQuantizeLinear", [0]), g_init("INT8", [4, 3], 1, small[:12]),
+    g_node("MatMulInteger", [3, 0, 0xFF, 0xFF]), g_node("Cast", [0], bytes([0x01, 1]), 1)], small))
 write("fuzz_graph", "where_cast", g_prog(0, 0, [3], [g_input("FP32", [2, 3], True),
     g_input("BOOL", [3], False)], [g_node("Where", [0, 1, 1]),
     g_node("Cast", [0], bytes([0x01, 9]), 1), g_node("Concat", [0, 0], bytes([0x01, 1]), 1)], small))
