@@ -42,13 +42,15 @@ typedef struct {
   size_t c_rs, c_cs;           /* C's strides over [M, N] (0 where broadcast) */
   /* epilogue for the reference path */
   tpu_act_t act;
-  const float *bias;           /* n floats or NULL */
+  const float *bias;           /* n floats or NULL (bias_copy when owned) */
+  float *bias_copy;            /* the fused bias, copied: its Add step and constant are gone */
 } mm_t;
 
 static void mm_release(void *p) {
   mm_t *q = p;
   tpu_plan_free(q->plan);
   if (q->w_owned) tpu_weights_free(q->w);
+  free(q->bias_copy);
 }
 
 static int is_num(tpu_graph_dtype_t d) {
@@ -136,6 +138,17 @@ static tpu_status_t engine_setup(tpu__prep_t *pc, tpu__step_t *s, mm_t *q, const
   return TPU_OK;
 }
 
+/* On the reference path the fused bias is read at run time: keep a copy (the compiler may
+ * release the initializer, tpu_graph_release_constants). */
+static tpu_status_t own_bias(tpu__prep_t *pc, mm_t *q) {
+  if (!q->bias) return TPU_OK;
+  if (!(q->bias_copy = malloc(q->n * sizeof *q->bias_copy)))
+    return tpu__prep_fail(pc, TPU_ENOMEM, "out of memory");
+  memcpy(q->bias_copy, q->bias, q->n * sizeof *q->bias_copy);
+  q->bias = q->bias_copy;
+  return TPU_OK;
+}
+
 static void ref_cost(tpu__prep_t *pc, tpu__step_t *s, const mm_t *q) {
   tpu_engine_stats_t es;
   if (tpu_engine_stats(pc->engine, &es) != TPU_OK) return;
@@ -204,7 +217,7 @@ static tpu_status_t gemm_prepare(tpu__prep_t *pc, tpu__step_t *s) {
       return tpu__prep_fail(pc, TPU_EINVAL, "internal: a folded BatchNormalization on the "
                             "reference path");
     ref_cost(pc, s, q);
-    return TPU_OK;
+    return own_bias(pc, q);
   }
   float *bias = NULL;
   if (c && c->is_const && (c->elems == 1 || c->elems == q->n) && q->c_rs == 0) {
@@ -310,7 +323,7 @@ static tpu_status_t matmul_prepare(tpu__prep_t *pc, tpu__step_t *s) {
   q->batches = 1;
   for (int d = 0; d < r; d++) q->batches *= (size_t)q->bdims[d];
   ref_cost(pc, s, q);
-  return TPU_OK;
+  return own_bias(pc, q);
 }
 
 static tpu_status_t matmul_run(tpu__run_ctx_t *rc, tpu__step_t *s) {

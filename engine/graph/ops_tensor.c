@@ -316,6 +316,12 @@ typedef struct {
   size_t rdim[TPU_GRAPH_MAX_RANK], rstride[TPU_GRAPH_MAX_RANK];
   size_t count;        /* elements reduced into each output */
   size_t out_elems;
+  /* FP32 fast path: the reduced elements are one block, x viewed as [outer][n][inner] (one
+   * reduced run between at most one kept run on each side): rows are summed a whole inner
+   * vector at a time into acc, unit stride, instead of one odometer step per element. */
+  int block;
+  size_t outer, n, inner;
+  double *acc;         /* inner doubles, after the struct */
 } reduce_p;
 
 /* Reads the axes of a Reduce node: an INTS attribute, or (from_input) the constant input 1. */
@@ -403,7 +409,49 @@ static tpu_status_t reduce_prepare(tpu__prep_t *pc, tpu__step_t *s) {
   for (int i = 0; i < nr; i++) p->rdim[i] = rd[nr - 1 - i], p->rstride[i] = rs[nr - 1 - i];
   p->nk = nk;
   p->nr = nr;
+  /* One reduced run with the kept ones only outside it and inside it: the block form. */
+  int inner_kept = nk >= 1 && p->kstride[nk - 1] == 1 && nr == 1 && p->rstride[0] != 1;
+  if (x->dtype == TPU_GRAPH_FP32 && nr == 1 && nk <= (inner_kept ? 2 : 1) && p->count &&
+      p->out_elems) {
+    size_t inner = inner_kept ? p->kdim[nk - 1] : 1;
+    if (p->rstride[0] == inner) {
+      reduce_p copy = *p;
+      reduce_p *q = realloc(p, sizeof *p + inner * sizeof(double));
+      if (!q) return tpu__prep_fail(pc, TPU_ENOMEM, "out of memory");
+      *q = copy;
+      s->params = q;
+      s->param_bytes = sizeof *q + inner * sizeof(double);
+      q->block = 1;
+      q->inner = inner;
+      q->n = copy.count;
+      q->outer = q->out_elems / inner;
+      q->acc = (double *)(q + 1);
+    }
+  }
   return TPU_OK;
+}
+
+static void reduce_block_f32(const reduce_p *p, const float *x, float *y) {
+  double *acc = p->acc;
+  for (size_t o = 0; o < p->outer; o++) {
+    const float *xo = x + o * p->n * p->inner;
+    for (size_t i = 0; i < p->inner; i++) acc[i] = p->kind == RED_MAX ? -INFINITY : 0;
+    for (size_t k = 0; k < p->n; k++) {
+      const float *row = xo + k * p->inner;
+      if (p->kind == RED_MAX) {
+        for (size_t i = 0; i < p->inner; i++) {
+          double v = row[i];
+          if (v > acc[i] || v != v) acc[i] = v; /* a NaN sticks, as in the general kernel */
+        }
+      } else {
+        for (size_t i = 0; i < p->inner; i++) acc[i] += row[i];
+      }
+    }
+    float *yo = y + o * p->inner;
+    double scale = p->kind == RED_MEAN ? 1.0 / (double)p->n : 1.0;
+    for (size_t i = 0; i < p->inner; i++)
+      yo[i] = (float)(p->kind == RED_MEAN ? acc[i] * scale : acc[i]);
+  }
 }
 
 /* Offset of the next reduced element: advances the odometer idx over p's reduced runs. */
@@ -468,7 +516,10 @@ static tpu_status_t reduce_run(tpu__run_ctx_t *rc, tpu__step_t *s) {
     return TPU_OK;
   }
   switch (s->in[0]->dtype) {
-  case TPU_GRAPH_FP32: reduce_f32(p, x, y); break;
+  case TPU_GRAPH_FP32:
+    if (p->block) reduce_block_f32(p, x, y);
+    else reduce_f32(p, x, y);
+    break;
   case TPU_GRAPH_FP64: reduce_f64(p, x, y); break;
   case TPU_GRAPH_INT64: reduce_i64(p, x, y); break;
   default: reduce_i32(p, x, y); break;
