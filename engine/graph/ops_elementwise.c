@@ -103,11 +103,13 @@ static void ew_plan(ew_plan_t *p, const tpu__xt_t *o, int nop, const tpu__xt_t *
   for (int k = nop; k < EW_MAXOP; k++) p->inner[k] = 0;
 }
 
-/* Row kinds of a binary loop, from the operands' inner strides. */
-enum { EW_VV = 0, EW_VS, EW_SV };
+/* Row kinds of a binary loop, from the operands' inner strides (SS: both broadcast along the
+ * row, as in a variadic Max of two scalars whose output shape comes from a later input). */
+enum { EW_VV = 0, EW_VS, EW_SV, EW_SS };
 
 static int ew_kind(const ew_plan_t *p) {
   if (p->inner[0] && p->inner[1]) return EW_VV;
+  if (!p->inner[0] && !p->inner[1]) return EW_SS;
   return p->inner[0] ? EW_VS : EW_SV;
 }
 
@@ -151,6 +153,11 @@ typedef int (*ew_bin_fn)(void *o, const void *a, const void *b, size_t n, int ki
         TA x = a[i];                                                                          \
         o[i] = (EXPR);                                                                        \
       }                                                                                       \
+    } else if (kind == EW_SS) {                                                               \
+      const TA x = a[0];                                                                      \
+      const TB y = b[0];                                                                      \
+      const TO v = (EXPR);                                                                    \
+      for (size_t i = 0; i < n; i++) o[i] = v;                                                \
     } else {                                                                                  \
       const TA x = a[0];                                                                      \
       for (size_t i = 0; i < n; i++) {                                                        \

@@ -265,12 +265,16 @@ static tpu_status_t gemm_run(tpu__run_ctx_t *rc, tpu__step_t *s) {
           acc += tpu__xt_get_f64(a, ai) * tpu__xt_get_f64(b, bi);
       }
       double v = q->alpha * acc;
-      int64_t iv = (int64_t)(q->alpha * (double)iacc);
-      if (c) {
-        size_t ci = i * q->c_rs + j * q->c_cs;
-        v += q->beta * tpu__xt_get_f64(c, ci);
-        iv += (int64_t)(q->beta * (double)tpu__xt_get_i64(c, ci));
+      if (ints) { /* alpha·acc + beta·C in double, saturated into int64 (no UB on overflow) */
+        v = q->alpha * (double)iacc;
+        if (c) v += q->beta * (double)tpu__xt_get_i64(c, i * q->c_rs + j * q->c_cs);
+      } else if (c) {
+        v += q->beta * tpu__xt_get_f64(c, i * q->c_rs + j * q->c_cs);
       }
+      int64_t iv = 0;
+      if (ints)
+        iv = !(v == v) ? 0 : v >= 9.2233720368547758e18 ? INT64_MAX
+                          : v <= -9.2233720368547758e18 ? INT64_MIN : (int64_t)v;
       put(o, i * q->n + j, v, iv);
     }
   ref_epilogue(q, o);

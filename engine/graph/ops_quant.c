@@ -222,7 +222,6 @@ static tpu_status_t dynq_prepare(tpu__prep_t *pc, tpu__step_t *s) {
 }
 
 static tpu_status_t dynq_run(tpu__run_ctx_t *rc, tpu__step_t *s) {
-  (void)rc;
   const tpu__xt_t *x = s->in[0];
   const float *xv = x->data;
   float mn = 0, mx = 0; /* the range always includes 0 */
@@ -231,6 +230,9 @@ static tpu_status_t dynq_run(tpu__run_ctx_t *rc, tpu__step_t *s) {
     mx = fmaxf(mx, xv[i]);
   }
   float scale = (mx - mn) / 255.0f;
+  if (!isfinite(scale)) /* an infinite input (or range) has no 8-bit scale */
+    return tpu__run_fail(rc, TPU_ERANGE, "input '%s' holds an infinite value (or a range "
+                         "beyond FP32): it cannot be quantized", x->name);
   int32_t zp = 0;
   if (scale != 0) {
     float izp = 0.0f - mn / scale;
