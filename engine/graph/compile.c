@@ -243,7 +243,7 @@ static long gelu_pattern(cctx_t *c, long h, int *dead) {
  * shift = β − μ·s, into c->fold_scale/fold_shift. Returns 0 when it did. */
 static int bn_fold(cctx_t *c, const tpu__step_t *b, long t, size_t n, const tpu__xt_t *mm_out) {
   if (strcmp(b->op, "BatchNormalization") != 0 || b->nin != 5 || b->in[0] != &c->p->xt[t] ||
-      mm_out->rank != 2 || mm_out->elems == 0 || n == 0)
+      mm_out->rank != 2 || b->in[0]->rank != 2 || mm_out->elems == 0 || n == 0)
     return -1;
   for (size_t k = 1; k < b->nout; k++)
     if (b->out[k]) return -1; /* training outputs wanted */
@@ -705,7 +705,8 @@ void tpu_graph_program_cost(const tpu_graph_program_t *p, uint64_t *macs, uint64
 
 uint64_t tpu_graph_program_memory(const tpu_graph_program_t *p) {
   if (!p) return 0;
-  uint64_t b = p->arena_bytes + p->const_bytes + sizeof *p + p->nxt * sizeof *p->xt;
+  uint64_t b = (p->arena_owned ? p->arena_bytes : 0) + p->const_bytes + sizeof *p +
+               p->nxt * sizeof *p->xt;
   for (size_t i = 0; i < p->nsteps; i++) b += p->steps[i].param_bytes;
   return b;
 }

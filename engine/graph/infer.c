@@ -1143,6 +1143,9 @@ tpu_status_t tpu_graph_infer(tpu_graph_t *g, int64_t batch) {
   if (batch < 1)
     return tpu__graph_fail(g, TPU_EINVAL, "infer: batch size %lld, expected >= 1",
                            (long long)batch);
+  if (g->released)
+    return tpu__graph_fail(g, TPU_EINVAL, "infer: the graph's constants were released "
+                           "(tpu_graph_release_constants): it takes no new inference");
   tpu_status_t st = tpu_graph_validate(g);
   if (st != TPU_OK) return st;
   tpu__graph_clear_inferred(g);

@@ -28,6 +28,7 @@ typedef struct {
   int w_owned;            /* 0: another program's (tpu_graph_compile_opts_t.share) */
   tpu_layout_t layout;
   double w_alpha;         /* the scale folded into the packed copy */
+  int w_folded;           /* a BatchNormalization's scale is folded into the packed copy */
   tpu_plan_t *plan;
   /* shapes */
   size_t m, k, n;
@@ -72,7 +73,8 @@ static tpu_status_t engine_setup(tpu__prep_t *pc, tpu__step_t *s, mm_t *q, const
   tpu_status_t st;
   q->layout = layout;
   q->w_alpha = alpha;
-  if (sh && sh->w && sh->layout == layout && sh->w_alpha == alpha &&
+  q->w_folded = pc->fold_scale != NULL;
+  if (sh && sh->w && sh->layout == layout && sh->w_alpha == alpha && sh->w_folded == q->w_folded &&
       tpu_weights_k(sh->w) == q->k && tpu_weights_n(sh->w) == q->n &&
       tpu_weights_compute(sh->w) == pc->precision) {
     q->w = sh->w; /* packed once for every batch size */

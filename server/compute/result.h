@@ -26,4 +26,10 @@ int tpu_validate_result_rows(const void *base, size_t rows, size_t stride, size_
                              size_t cols, const char *what, const char *why, char *msg,
                              size_t msglen);
 
+/* The same for an output of OIP datatype `datatype`: FP32, FP64, FP16 and BF16 are checked
+ * (by their bits), other datatypes are always finite. */
+int tpu_validate_result_typed(const void *base, size_t rows, size_t stride, size_t offset,
+                              size_t cols, const char *datatype, const char *what,
+                              const char *why, char *msg, size_t msglen);
+
 #endif /* TPU_RESULT_H */

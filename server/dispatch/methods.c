@@ -176,10 +176,9 @@ static void refuse_nonfinite(tpu__call_t *call) {
   char what[300];
   for (size_t j = 0; j < m->nout; j++) {
     const tpu_model_tensor_t *t = tpu_model_output(m->model, j);
-    if (strcmp(t->datatype, "FP32") != 0) continue;
     snprintf(what, sizeof what, "%s: output '%s'", m->label, t->name);
-    if (tpu_validate_result_rows(call->u.infer.out, call->u.infer.rows, m->out_row, t->offset,
-                                 t->row_elems, what,
+    if (tpu_validate_result_typed(call->u.infer.out, call->u.infer.rows, m->out_row, t->offset,
+                                  t->row_elems, t->datatype, what,
                                  "the input overflows FP32 inside the model, so there is no "
                                  "result (expected inputs of the magnitudes the model was made "
                                  "for)",
@@ -330,11 +329,12 @@ static void serve_infer(tpu__call_t *call) {
   if (code != TPU_CODE_OK) goto refuse;
   if ((code = check_ids(m, &res, msg, sizeof msg)) != TPU_CODE_OK) goto refuse;
   call->u.infer.want = 0;
-  size_t out_elems = 0; /* elements of the returned outputs, per row */
+  size_t out_elems = 0, out_req = 0; /* elements and bytes of the returned outputs, per row */
   for (size_t j = 0; j < m->nout; j++)
     if (res.want_output[j]) {
       call->u.infer.want |= UINT64_C(1) << j;
       out_elems += tpu_model_output(m->model, j)->row_elems;
+      out_req += tpu_model_output(m->model, j)->row_bytes;
     }
   size_t out_bytes = res.rows * m->out_row;
   if (res.rows && (out_bytes / m->out_row != res.rows ||
@@ -345,10 +345,14 @@ static void serve_infer(tpu__call_t *call) {
     goto refuse;
   }
   /* The answer's share of --max-buffered-bytes, reserved before anything is allocated: the
-   * output tensors (JSON: at most 24 bytes a number) and the names echoed. */
+   * output tensors (JSON: at most 24 bytes a number), the names echoed, and with several
+   * outputs the packed rows of all of them plus the returned ones gathered apart. */
   if (res.rows) {
     size_t budget = (call->origin->wire == TPU__WIRE_JSON ? res.rows * out_elems * 24
-                                                          : out_bytes) +
+                                                          : res.rows * out_req) +
+                    (m->nout > 1 ? out_bytes + (call->origin->wire == TPU__WIRE_JSON
+                                                    ? res.rows * out_req : 0)
+                                 : 0) +
                     512 + 64 * m->nout + (q->id ? strlen(q->id) : 0);
     if (m->nin > 1) budget += res.rows * m->in_row; /* the packed copy of the inputs */
     if (tpu__budget_reserve(srv, budget, &code, msg, sizeof msg) != 0) goto refuse;

@@ -191,6 +191,7 @@ static tpu_status_t size_model(const tpu_model_t *m, size_t ckpt_bytes, unsigned
   memset(z, 0, sizeof *z);
   uint64_t maxb = cfg->max_batch_size; /* ≤ 4096 and widths ≤ 2^20: products fit */
   size_t hidden = 1;
+  uint64_t graph_copies = 0, one_layer = 0;
   tpu_status_t rc = TPU_OK;
   for (size_t i = 0; i < m->nlayers && rc == TPU_OK; i++) {
     const layer_t *L = &m->layers[i];
@@ -200,10 +201,13 @@ static tpu_status_t size_model(const tpu_model_t *m, size_t ckpt_bytes, unsigned
                             L->in, L->out, &held, &tr);
     if (rc != TPU_OK) break;
     rc = add64(&z->weights, held);
-    /* load_layer's own buffers for this layer: FP32 weights (unless packed raw), bias, scales */
-    uint64_t conv = (raw_i8 ? 0 : (uint64_t)L->in * L->out * sizeof(float)) +
-                    2 * (uint64_t)L->out * sizeof(float);
-    if (conv + tr > z->transient) z->transient = conv + tr;
+    /* While loading, the graph holds every layer's FP32 weights and bias (and an I8
+     * checkpoint's int8 copy and scales) until the programs are compiled; layer_arrays' own
+     * buffers and the packing's exist for one layer at a time. */
+    uint64_t w32 = (uint64_t)L->in * L->out * sizeof(float), vec = (uint64_t)L->out * sizeof(float);
+    graph_copies += w32 + vec + (L->wt->dtype == TPU_ST_I8 ? (uint64_t)L->in * L->out + vec : 0);
+    uint64_t conv = w32 + 2 * vec;
+    if (conv + tr > one_layer) one_layer = conv + tr;
     static const float some_bias; /* tpu_plan_memory only asks whether there is a bias */
     tpu_epilogue_t ep = {.bias = L->bt ? &some_bias : NULL, .act = cfg->layers[i].act,
                          .out_dtype = TPU_DTYPE_FP32};
@@ -216,6 +220,7 @@ static tpu_status_t size_model(const tpu_model_t *m, size_t ckpt_bytes, unsigned
     if (i + 1 < m->nlayers && L->out > hidden) hidden = L->out;
   }
   if (rc != TPU_OK) return rc;
+  z->transient = graph_copies + one_layer;
   uint64_t io = maxb * (cfg->input_width + cfg->output_width) * sizeof(float);
   z->scratch = io + (m->nlayers > 1 ? maxb * hidden * sizeof(float) : 0) * (m->nlayers > 2 ? 2 : 1) +
                sizeof *m + m->nlayers * (sizeof(layer_t) + cfg->nbuckets * sizeof(tpu_plan_t *));
@@ -333,6 +338,12 @@ fail:
   return rc;
 }
 
+static int has_initializer(const tpu_graph_t *g, const char *name) {
+  tpu_graph_tensor_info_t ti;
+  long t = tpu_graph_find(g, name);
+  return t >= 0 && tpu_graph_tensor(g, (size_t)t, &ti) == TPU_OK && ti.is_initializer;
+}
+
 /* The dense chain as a graph (one execution path for every model): per layer a Gemm (x·Wᵀ +
  * b: transB, W [out, in] as nn.Linear) and its activation as an ONNX node; the compiler fuses
  * each pair back into one engine plan with the bias and activation in its epilogue. An I8
@@ -357,17 +368,22 @@ static tpu_status_t dense_graph(tpu_model_t *m, const char *ck, const tpu_model_
     float *wf, *bias, *scales;
     if ((rc = layer_arrays(m, ck, li, &wf, &bias, &scales, err, errlen)) != TPU_OK) return rc;
     int64_t wd[2] = {(int64_t)L->out, (int64_t)L->in}, bd[1] = {(int64_t)L->out};
-    rc = tpu_graph_add_initializer(g, lc->weight, TPU_GRAPH_FP32, 2, wd, wf,
-                                   L->out * L->in * sizeof(float));
-    if (rc == TPU_OK && scales)
-      rc = tpu_graph_set_quantized(g, lc->weight, L->wt->data, scales, 0);
-    if (rc == TPU_OK && bias)
+    /* Layers may share a weight or bias (tied layers): one initializer each, whose shape
+     * layer_shape has checked against every layer that names it. */
+    rc = TPU_OK;
+    if (!has_initializer(g, lc->weight)) {
+      rc = tpu_graph_add_initializer(g, lc->weight, TPU_GRAPH_FP32, 2, wd, wf,
+                                     L->out * L->in * sizeof(float));
+      if (rc == TPU_OK && scales)
+        rc = tpu_graph_set_quantized(g, lc->weight, L->wt->data, scales, 0);
+    }
+    if (rc == TPU_OK && bias && !has_initializer(g, lc->bias))
       rc = tpu_graph_add_initializer(g, lc->bias, TPU_GRAPH_FP32, 1, bd, bias,
                                      L->out * sizeof(float));
     free(wf);
     free(bias);
     free(scales);
-    if (rc != TPU_OK) return fail(err, errlen, rc, ck, "layers[%zu]: %s", li, tpu_graph_error(g));
+    if (rc != TPU_OK) return fail(err, errlen, rc, m->dir, "layers[%zu]: %s", li, tpu_graph_error(g));
     int last = li + 1 == cfg->nlayers, act = lc->act != TPU_ACT_NONE;
     char gemm_out[TPU_MODEL_MAX_NAME + 32];
     snprintf(gemm_out, sizeof gemm_out, "%s", last && !act ? cfg->output_name : "");
@@ -781,7 +797,15 @@ static tpu_status_t reference_check(tpu_model_t *m, tpu_model_load_opts_t *o, in
       rows_from = x->name;
       if (k) tout[i] = x;
       else tin[i] = x;
-      if (k && rc_->label_output && strcmp(rc_->label_output, t->name) == 0) label_j = (long)i;
+      if (k && rc_->label_output && strcmp(rc_->label_output, t->name) == 0) {
+        if (t->rank < (m->batched ? 2u : 1u) || t->shape[t->rank - 1] < 2) {
+          rc = fail(err, errlen, TPU_EINVAL, m->dir, "model.json: reference.labels.output '%s' "
+                    "has one value per row: there is no label (an argmax over 2 or more "
+                    "classes) to compare; use rtol/atol for it", t->name);
+          goto done;
+        }
+        label_j = (long)i;
+      }
     }
   }
   if (rc_->label_output && label_j < 0) {

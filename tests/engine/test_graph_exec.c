@@ -444,6 +444,53 @@ static void test_batchnorm_fold(void) {
   tpu_graph_free(g);
 }
 
+
+/* A bias Add that raises the rank ([4,4] + [1,1,4] → [1,4,4]) moves BatchNormalization's
+ * channel axis onto the rows: it must not be folded into the columns (a fuzzing review found
+ * it was). The result follows ONNX: channel c = dimension 1. */
+static void test_batchnorm_not_folded_across_rank(void) {
+  float w[12], x[12], b[4], gam[4], bet[4], mu[4], var[4], y[16];
+  fill(w, 12);
+  fill(x, 12);
+  fill(b, 4);
+  fill(gam, 4);
+  fill(bet, 4);
+  fill(mu, 4);
+  fill(var, 4);
+  for (int j = 0; j < 4; j++) var[j] = var[j] * var[j] + 0.5f;
+  tpu_graph_t *g = mk();
+  int64_t xd[] = {4, 3}, wd[] = {3, 4}, bd[] = {1, 1, 4}, cd[] = {4};
+  input(g, "x", 2, xd);
+  init(g, "W", 2, wd, w, 12);
+  init(g, "b", 3, bd, b, 4);
+  init(g, "gamma", 1, cd, gam, 4);
+  init(g, "beta", 1, cd, bet, 4);
+  init(g, "mean", 1, cd, mu, 4);
+  init(g, "var", 1, cd, var, 4);
+  const char *min[] = {"x", "W"}, *ain[] = {"h", "b"},
+             *bn_in[] = {"a", "gamma", "beta", "mean", "var"};
+  node(g, "mm", "MatMul", 2, min, "h");
+  node(g, "add", "Add", 2, ain, "a");
+  node(g, "bn", "BatchNormalization", 5, bn_in, "y");
+  io(g, "x", "y");
+  tpu_graph_program_t *p = compile(g, 1, NULL);
+  const void *in[] = {x};
+  void *out[] = {y};
+  CU_ASSERT_FATAL(tpu_graph_program_run(p, in, out) == TPU_OK);
+  double worst = 0;
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 4; j++) {
+      double h = b[j];
+      for (int k = 0; k < 3; k++) h += (double)x[i * 3 + k] * w[k * 4 + j];
+      double v = gam[i] * (h - mu[i]) / sqrt((double)var[i] + 1e-5) + bet[i]; /* channel = row */
+      double e = fabs(y[i * 4 + j] - v);
+      if (e > worst) worst = e;
+    }
+  CU_ASSERT(worst < 1e-5);
+  tpu_graph_program_free(p);
+  tpu_graph_free(g);
+}
+
 static void test_arguments(void) {
   tpu_graph_program_t *p = (tpu_graph_program_t *)&p;
   CU_ASSERT_EQUAL(tpu_graph_compile(NULL, engine(), 1, NULL, &p), TPU_EINVAL);
@@ -459,6 +506,7 @@ TPU_TEST_SUITE(graph_exec,
                {"matmul_add_fused", test_matmul_add_fused},
                {"gelu_pattern", test_gelu_pattern},
                {"batchnorm_fold", test_batchnorm_fold},
+               {"batchnorm_not_folded_across_rank", test_batchnorm_not_folded_across_rank},
                {"matmul_tensors", test_matmul_tensors},
                {"folding_and_trans_a", test_folding_and_trans_a},
                {"precision", test_precision},

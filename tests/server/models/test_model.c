@@ -768,6 +768,31 @@ static void test_matmul_model(void) {
   tpu_model_free(m);
 }
 
+
+/* Layers may share a weight and a bias (tied layers): the graph holds each once (a regression:
+ * the dense chain as a graph refused the second use of a name). */
+static void test_tied_layers(void) {
+  enum { D = 8, ROWS = 5 };
+  char *dir = make_tmpdir(), sha[65], err[512];
+  float w[D * D], b[D], x[ROWS * D], y[ROWS * D];
+  double ref[ROWS * D];
+  for (size_t i = 0; i < D * D; i++) w[i] = tpu_test_rand_float(-1, 1);
+  for (size_t i = 0; i < D; i++) b[i] = tpu_test_rand_float(-1, 1);
+  for (size_t i = 0; i < ROWS * D; i++) x[i] = tpu_test_rand_float(-1, 1);
+  tens_t t[] = {{"w", "F32", 2, {D, D}, w, sizeof w}, {"b", "F32", 1, {D}, b, sizeof b}};
+  write_checkpoint(dir, t, 2, sha);
+  lspec_t l[] = {{"w", "b", "relu"}, {"w", "b", "none"}};
+  write_config(dir, D, D, l, 2, "fp32", "[1, 8]", sha);
+  tpu_model_t *m = NULL;
+  CU_ASSERT_EQUAL_FATAL(tpu_model_load(engine(), dir, "t", 1, NULL, &m, err, sizeof err), TPU_OK);
+  CU_ASSERT_EQUAL(tpu_model_infer(m, ROWS, x, y), TPU_OK);
+  ref_layer_t L[] = {{D, D, w, b, TPU_ACT_RELU}, {D, D, w, b, TPU_ACT_NONE}};
+  ref_forward(L, 2, x, ROWS, ref);
+  TPU_ASSERT_SEED(max_rel_err(y, ref, ROWS, D) <= 1e-5);
+  tpu_model_free(m);
+  rm_tmpdir(dir);
+}
+
 /* ---- memory, cancel, transient failures, special files (issue #15) ---- */
 
 /* Writes a one-layer K -> N model with buckets `buckets` into a new directory. */
@@ -928,6 +953,7 @@ static void test_cleanup(void) {
 }
 
 TPU_TEST_SUITE(model,
+               {"tied_layers", test_tied_layers},
                {"random_fp32", test_random_fp32},
                {"random_bf16", test_random_bf16},
                {"random_int8", test_random_int8},
