@@ -1,16 +1,19 @@
 /*
- * model.h - one loaded model version: model.json + a verified safetensors checkpoint turned into
- * packed engine weights and one compiled plan per (layer, bucket).
+ * model.h - one loaded model version: model.json and its verified checkpoint (a dense chain's
+ * safetensors weights, or an ONNX file) turned into a graph compiled once per batch bucket.
  *
  * DESIGN
  * tpu_model_load does everything that can fail, once, off the hot path: it parses
  * <dir>/model.json, checks the checkpoint's SHA-256 against checkpoint.sha256 before parsing the
- * file, validates the safetensors file, checks every weight and bias shape against the dense
- * chain (layer i's in_features == layer i-1's out_features, the first == the input width, the
- * last out_features == the output width, bias [out_features]), converts the weights to what the
- * engine packs, packs them (TPU_LAYOUT_NK), compiles a plan per (layer, bucket), allocates all
- * scratch, runs every bucket once (warm-up) and closes the checkpoint. A model that loaded can
- * only fail to run on a bad argument.
+ * file, and builds the model's graph (engine/include/tpu_graph.h): for format "dense" from the
+ * safetensors file, checking every weight and bias shape against the chain (layer i's
+ * in_features == layer i-1's out_features, the first == the input width, the last out_features
+ * == the output width, bias [out_features]) and adding a Gemm and an activation node per layer;
+ * for format "onnx" by decoding the file (model_graph.c). It then compiles one program per
+ * bucket (the compiler fuses each Gemm with its bias and activation into one engine plan, so a
+ * dense layer is still one engine call), runs every bucket once (warm-up), runs the reference
+ * check when model.json has one, and closes the checkpoint. A model that loaded can only fail to
+ * run on a bad argument, or (graph models) a value it cannot take.
  *
  * Weights. Each layer's weight is a 2-D tensor [out_features, in_features] (PyTorch nn.Linear)
  * and its optional bias a 1-D tensor [out_features]. Accepted checkpoint dtypes:
@@ -29,14 +32,16 @@
  * buckets[i] rows, already padded by the caller (the batcher). tpu_model_infer is the convenience
  * form for any number of rows: it splits into chunks of at most max_batch_size, pads each to its
  * smallest bucket in model-owned staging buffers and copies the real rows out. Neither allocates:
- * all activations ping-pong between two buffers of max_bucket × max_hidden_width floats allocated
- * at load.
+ * intermediate activations live in one arena per model, planned by liveness at load (for a
+ * chain of layers: two buffers of max_bucket × max_hidden_width floats), and the outputs are
+ * written into the caller's buffer.
  *
  * Memory. Before packing anything or allocating scratch, the load works out what the model will
  * hold (packed weights and plans from the engine's own sizing, tpu_weights_memory and
  * tpu_plan_memory; activation and staging buffers from the widths and max_batch_size) and what
- * loading it needs at its peak (that, the checkpoint's bytes held while packing, and the largest
- * layer's conversion buffers), and refuses the model with TPU_ERANGE, naming each part, when the
+ * loading it needs at its peak (that, the checkpoint's bytes held while packing, the graph's FP32
+ * copies of the weights until the programs are compiled, and the largest layer's conversion
+ * buffers), and refuses the model with TPU_ERANGE, naming each part, when the
  * peak exceeds the caller's memory_limit. A checkpoint file larger than the limit is refused from
  * its size, before it is read. So a small file cannot make tpud allocate gigabytes.
  *
