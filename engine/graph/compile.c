@@ -40,6 +40,7 @@
 #define ALIGN 64
 
 struct tpu_graph_program {
+  const tpu_graph_t *g; /* node names and attributes (the graph outlives its programs) */
   tpu__xt_t *xt;
   size_t nxt;
   tpu__step_t *steps;
@@ -155,6 +156,11 @@ static tpu_status_t prepare(cctx_t *c, tpu__step_t *s, tpu_act_t act, const tpu_
                     .engine = c->engine, .precision = node_precision(c, s->node),
                     .fuse_act = act, .fuse_bias = bias, .fold_scale = fold_scale,
                     .fold_shift = fold_shift};
+  for (size_t i = 0; c->opts && c->opts->calib && i < c->opts->ncalib; i++)
+    if (nd->name[0] && c->opts->calib[i].node && strcmp(c->opts->calib[i].node, nd->name) == 0)
+      pc.calib = &c->opts->calib[i];
+  if (pc.precision != TPU_DTYPE_INT8) pc.calib = NULL;
+  pc.observable = c->opts && c->opts->observable;
   const tpu_graph_program_t *sh = c->opts ? c->opts->share : NULL;
   for (size_t i = 0; sh && i < sh->nsteps; i++)
     if (sh->steps[i].node == s->node && sh->steps[i].run == (k ? k->run : NULL))
@@ -553,6 +559,7 @@ tpu_status_t tpu_graph_compile(tpu_graph_t *g, tpu_engine_t *engine, int64_t bat
   cctx_t c = {.g = g, .p = p, .opts = opts, .engine = engine};
   int *dead = NULL;
   if (!p) return tpu__graph_fail(g, TPU_ENOMEM, "compile: out of memory");
+  p->g = g;
   p->nxt = g->ntensors;
   p->xt = calloc(p->nxt + 1, sizeof *p->xt);
   p->steps = calloc(g->nnodes + 1, sizeof *p->steps);
@@ -637,8 +644,23 @@ fail:
   return st;
 }
 
+static tpu_status_t program_run(tpu_graph_program_t *p, const void *const *inputs,
+                                void *const *outputs, tpu_graph_observe_fn observe, void *user);
+
 tpu_status_t tpu_graph_program_run(tpu_graph_program_t *p, const void *const *inputs,
                                    void *const *outputs) {
+  return program_run(p, inputs, outputs, NULL, NULL);
+}
+
+tpu_status_t tpu_graph_program_observe(tpu_graph_program_t *p, const void *const *inputs,
+                                       void *const *outputs, tpu_graph_observe_fn observe,
+                                       void *user) {
+  if (!observe) return TPU_EINVAL;
+  return program_run(p, inputs, outputs, observe, user);
+}
+
+static tpu_status_t program_run(tpu_graph_program_t *p, const void *const *inputs,
+                                void *const *outputs, tpu_graph_observe_fn observe, void *user) {
   if (!p || (p->ninputs && !inputs) || (p->noutputs && !outputs)) return TPU_EINVAL;
   p->err[0] = 0;
   for (size_t i = 0; i < p->ninputs; i++) {
@@ -653,6 +675,10 @@ tpu_status_t tpu_graph_program_run(tpu_graph_program_t *p, const void *const *in
   tpu__run_ctx_t rc = {.err = p->err, .errlen = sizeof p->err};
   for (size_t i = 0; i < p->nsteps; i++) {
     rc.step = &p->steps[i];
+    const tpu__step_t *s = &p->steps[i];
+    if (observe && s->obs_w)
+      observe(user, p->g->nodes[s->node].name, s->in[0]->data, s->obs_m, s->obs_k, s->obs_w,
+              s->obs_layout, s->obs_n);
     tpu_status_t st = p->steps[i].run(&rc, &p->steps[i]);
     if (st != TPU_OK) {
       if (!p->err[0]) tpu__run_fail(&rc, st, "%s", tpu_strerror(st));

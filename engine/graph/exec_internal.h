@@ -77,6 +77,9 @@ typedef struct {
    * becomes y_j·fold_scale[j] + fold_shift[j], before fuse_act (the weights and the bias are
    * scaled at pack time). */
   const float *fold_scale, *fold_shift;
+  /* INT8 matmul calibration of this node (tpu_graph_compile_opts_t.calib), or NULL. */
+  const tpu_graph_calib_t *calib;
+  int observable; /* keep the FP32 weights for tpu_graph_program_observe */
   /* The params of the same node's step in the program being shared (opts->share), or NULL: a
    * kernel may reuse what does not depend on the batch size (packed weights), not owning it. */
   const void *shared;
@@ -98,6 +101,11 @@ struct tpu__step {
   size_t param_bytes;   /* what params hold, for tpu_graph_program_memory */
   uint64_t packed_inputs; /* bit i: input i's constant bytes were copied at prepare (packed
                            * weights, a bias in the epilogue) and run never reads them */
+  /* Matmul steps on an engine plan with FP32 weights (tpu_graph_program_observe): the weights
+   * as packed from (kept by the kernel in params; NULL for other steps) and their shape. */
+  const float *obs_w;
+  tpu_layout_t obs_layout;
+  size_t obs_m, obs_k, obs_n;
   char desc[160];       /* for tpu_graph_program_describe (optional; "" = op and name) */
 };
 

@@ -16,6 +16,7 @@
  * Both report the systolic array's cost of the node (tpu_plan_cost for the engine path,
  * tpu_systolic_cycles per batch matrix for the reference path).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,14 @@ typedef struct {
   tpu_act_t act;
   const float *bias;           /* n floats or NULL (bias_copy when owned) */
   float *bias_copy;            /* the fused bias, copied: its Add step and constant are gone */
+  /* INT8 calibration (tpu_graph_calib_t): the activation divided by smooth per column, then
+   * quantized with a static scale, into scratch, before the plan */
+  float *inv_smooth;           /* K, or NULL */
+  float *xs;                   /* M×K smoothed activation */
+  int8_t *xq;                  /* M×K statically quantized activation, or NULL */
+  float *xq_scales;            /* M copies of the static scale */
+  float act_scale;
+  float *obs_w;                /* FP32 weights as packed (kept for tpu_graph_program_observe) */
 } mm_t;
 
 static void mm_release(void *p) {
@@ -52,6 +61,11 @@ static void mm_release(void *p) {
   tpu_plan_free(q->plan);
   if (q->w_owned) tpu_weights_free(q->w);
   free(q->bias_copy);
+  free(q->inv_smooth);
+  free(q->xs);
+  free(q->xq);
+  free(q->xq_scales);
+  free(q->obs_w);
 }
 
 static int is_num(tpu_graph_dtype_t d) {
@@ -82,12 +96,15 @@ static tpu_status_t engine_setup(tpu__prep_t *pc, tpu__step_t *s, mm_t *q, const
     float *scaled = NULL;
     const float *src = w;
     const float *fs = pc->fold_scale;
-    if (alpha != 1.0 || fs) { /* alpha, and a folded BatchNormalization per output channel */
+    const float *sm = pc->calib ? pc->calib->smooth : NULL;
+    if (alpha != 1.0 || fs || sm) { /* alpha, a folded BatchNormalization per output channel,
+                                     * SmoothQuant factors per input channel */
       scaled = malloc(q->k * q->n * sizeof *scaled);
       if (!scaled) return tpu__prep_fail(pc, TPU_ENOMEM, "out of memory packing weights");
       for (size_t i = 0; i < q->k * q->n; i++) {
         size_t j = layout == TPU_LAYOUT_NK ? i / q->k : i % q->n; /* the output channel */
-        scaled[i] = (float)(alpha * (fs ? fs[j] : 1.0f) * w[i]);
+        size_t kk = layout == TPU_LAYOUT_NK ? i % q->k : i / q->n; /* the input channel */
+        scaled[i] = (float)(alpha * (fs ? fs[j] : 1.0f) * w[i] * (sm ? sm[kk] : 1.0f));
       }
       src = scaled;
     }
@@ -96,13 +113,24 @@ static tpu_status_t engine_setup(tpu__prep_t *pc, tpu__step_t *s, mm_t *q, const
     /* Pre-quantized weights (tpu_graph_set_quantized) with scales along the output channels
      * (N: dimension 0 of [N][K], 1 of [K][N]) are packed as they are in INT8. */
     const tpu__xt_t *b = s->in[1];
-    if (pc->precision == TPU_DTYPE_INT8 && alpha == 1.0 && !fs && b->qdata &&
+    if (pc->precision == TPU_DTYPE_INT8 && alpha == 1.0 && !fs && !sm && b->qdata &&
         b->qaxis == (layout == TPU_LAYOUT_NK ? 0 : 1)) {
       d.src_dtype = TPU_DTYPE_INT8;
       d.src = b->qdata;
       d.src_scales = b->qscales;
     }
     st = tpu_weights_pack(pc->engine, &d, &q->w);
+    if (st == TPU_OK && pc->observable && pc->precision == TPU_DTYPE_FP32 &&
+        d.src_dtype == TPU_DTYPE_FP32) {
+      /* what tpu_graph_program_observe shows calibration (FP32 programs only) */
+      if (scaled) {
+        q->obs_w = scaled;
+        scaled = NULL;
+      } else if ((q->obs_w = malloc(q->k * q->n * sizeof *q->obs_w))) {
+        memcpy(q->obs_w, src, q->k * q->n * sizeof *q->obs_w);
+      }
+      s->param_bytes += q->k * q->n * sizeof(float);
+    }
     free(scaled);
     if (st != TPU_OK)
       return tpu__prep_fail(pc, st, "packing %zux%zu weights in %s: %s", q->k, q->n,
@@ -122,17 +150,58 @@ static tpu_status_t engine_setup(tpu__prep_t *pc, tpu__step_t *s, mm_t *q, const
     bias = folded;
   }
   tpu_epilogue_t ep = {.bias = bias, .act = q->act, .out_dtype = TPU_DTYPE_FP32};
-  st = tpu_plan_create(pc->engine, q->w, q->m, TPU_DTYPE_FP32, &ep, &q->plan);
+  tpu_dtype_t a_dtype = TPU_DTYPE_FP32;
+  if (pc->calib) { /* INT8 with calibration: smoothing and/or a static activation scale */
+    const tpu_graph_calib_t *cb = pc->calib;
+    if (cb->smooth) {
+      q->inv_smooth = malloc(q->k * sizeof *q->inv_smooth);
+      q->xs = malloc(q->m * q->k * sizeof *q->xs);
+      if (!q->inv_smooth || !q->xs) {
+        free(folded);
+        return tpu__prep_fail(pc, TPU_ENOMEM, "out of memory");
+      }
+      for (size_t kk = 0; kk < q->k; kk++) {
+        if (!(cb->smooth[kk] > 0) || !isfinite(cb->smooth[kk])) {
+          free(folded);
+          return tpu__prep_fail(pc, TPU_EINVAL, "calibration: smoothing factor %zu is %g; "
+                                "expected finite and > 0", kk, (double)cb->smooth[kk]);
+        }
+        q->inv_smooth[kk] = 1.0f / cb->smooth[kk];
+      }
+      s->param_bytes += (q->k + q->m * q->k) * sizeof(float);
+    }
+    if (cb->act_scale > 0 && isfinite(cb->act_scale)) {
+      q->act_scale = cb->act_scale;
+      q->xq = malloc(q->m * q->k > 0 ? q->m * q->k : 1);
+      q->xq_scales = malloc(q->m * sizeof *q->xq_scales);
+      if (!q->xq || !q->xq_scales) {
+        free(folded);
+        return tpu__prep_fail(pc, TPU_ENOMEM, "out of memory");
+      }
+      for (size_t i = 0; i < q->m; i++) q->xq_scales[i] = cb->act_scale;
+      s->param_bytes += q->m * q->k + q->m * sizeof(float);
+      a_dtype = TPU_DTYPE_INT8;
+    }
+  }
+  st = tpu_plan_create(pc->engine, q->w, q->m, a_dtype, &ep, &q->plan);
   free(folded); /* the plan copied it */
   if (st != TPU_OK)
     return tpu__prep_fail(pc, st, "planning %zux%zux%zu: %s", q->m, q->k, q->n,
                           tpu_strerror(st));
   tpu_plan_cost(q->plan, &s->macs, &s->cycles, &s->slots);
   size_t plan = 0;
-  tpu_plan_memory(pc->engine, pc->precision, q->k, q->n, q->m, TPU_DTYPE_FP32, &ep, &plan);
+  tpu_plan_memory(pc->engine, pc->precision, q->k, q->n, q->m, a_dtype, &ep, &plan);
   s->param_bytes += plan;
-  snprintf(s->desc, sizeof s->desc, "engine plan %s [%zux%zux%zu]%s%s%s%s",
-           tpu_dtype_name(pc->precision), q->m, q->k, q->n, bias ? " +bias" : "",
+  if (q->obs_w) {
+    s->obs_w = q->obs_w;
+    s->obs_layout = layout;
+    s->obs_m = q->m;
+    s->obs_k = q->k;
+    s->obs_n = q->n;
+  }
+  snprintf(s->desc, sizeof s->desc, "engine plan %s%s%s [%zux%zux%zu]%s%s%s%s",
+           tpu_dtype_name(pc->precision), q->inv_smooth ? " smoothed" : "",
+           q->xq ? " static-scale" : "", q->m, q->k, q->n, bias ? " +bias" : "",
            pc->fold_scale ? " +batchnorm" : "",
            q->act != TPU_ACT_NONE ? " " : "", q->act != TPU_ACT_NONE ? tpu_act_name(q->act) : "");
   q->bias = NULL; /* the plan applies it */
@@ -183,6 +252,31 @@ static void ref_epilogue(const mm_t *q, tpu__xt_t *o) {
     for (size_t r = 0; r < rows; r++)
       for (size_t j = 0; j < q->n; j++) y[r * q->n + j] += q->bias[j];
   if (q->act != TPU_ACT_NONE) tpu_act_apply(q->act, y, rows, q->n);
+}
+
+/* The engine path's run: the activation smoothed and statically quantized when calibrated. */
+static tpu_status_t plan_run(tpu__run_ctx_t *rc, mm_t *q, const float *a, void *out) {
+  const void *x = a;
+  const float *scales = NULL;
+  if (q->inv_smooth) {
+    for (size_t i = 0; i < q->m; i++)
+      for (size_t kk = 0; kk < q->k; kk++)
+        q->xs[i * q->k + kk] = a[i * q->k + kk] * q->inv_smooth[kk];
+    x = q->xs;
+  }
+  if (q->xq) { /* one static scale: round half to even, saturate at ±127 */
+    const float *xf = x;
+    float inv = 1.0f / q->act_scale;
+    for (size_t i = 0; i < q->m * q->k; i++) {
+      float v = rintf(xf[i] * inv);
+      q->xq[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v != v ? 0 : v);
+    }
+    x = q->xq;
+    scales = q->xq_scales;
+  }
+  tpu_status_t st = tpu_plan_run(q->plan, x, scales, out);
+  if (st != TPU_OK) return tpu__run_fail(rc, st, "engine plan failed: %s", tpu_strerror(st));
+  return TPU_OK;
 }
 
 /* ---- Gemm ---- */
@@ -241,8 +335,8 @@ static tpu_status_t gemm_run(tpu__run_ctx_t *rc, tpu__step_t *s) {
   const tpu__xt_t *a = s->in[0], *b = s->in[1], *c = s->nin > 2 ? s->in[2] : NULL;
   tpu__xt_t *o = s->out[0];
   if (q->plan) {
-    tpu_status_t st = tpu_plan_run(q->plan, a->data, NULL, o->data);
-    if (st != TPU_OK) return tpu__run_fail(rc, st, "engine plan failed: %s", tpu_strerror(st));
+    tpu_status_t st = plan_run(rc, q, a->data, o->data);
+    if (st != TPU_OK) return st;
     if (q->c_after) { /* FP32 only on this path */
       float *y = o->data;
       const float *cv = c->data;
@@ -336,11 +430,7 @@ static tpu_status_t matmul_run(tpu__run_ctx_t *rc, tpu__step_t *s) {
   mm_t *q = s->params;
   const tpu__xt_t *a = s->in[0], *b = s->in[1];
   tpu__xt_t *o = s->out[0];
-  if (q->plan) {
-    tpu_status_t st = tpu_plan_run(q->plan, a->data, NULL, o->data);
-    if (st != TPU_OK) return tpu__run_fail(rc, st, "engine plan failed: %s", tpu_strerror(st));
-    return TPU_OK;
-  }
+  if (q->plan) return plan_run(rc, q, a->data, o->data);
   int ints = o->dtype == TPU_GRAPH_INT32 || o->dtype == TPU_GRAPH_INT64;
   size_t mk = q->m * q->k, kn = q->k * q->n, mn = q->m * q->n;
   if (a->dtype == TPU_GRAPH_FP32 && b->dtype == TPU_GRAPH_FP32) { /* the common case, typed */

@@ -213,6 +213,17 @@ long tpu_graph_output(const tpu_graph_t *g, size_t i); /* tensor index, -1 out o
  * (compiling another batch size is fine: the program copies what inference gave it). */
 typedef struct tpu_graph_program tpu_graph_program_t;
 
+/* Calibration of one matmul node (Gemm/MatMul with constant weights) compiled in INT8:
+ * SmoothQuant-style per-input-channel smoothing (the activation's column k is divided by
+ * smooth[k] and the weights' row k multiplied by it: the same product in exact arithmetic, with
+ * the activation's channels balanced before it is quantized) and a static activation scale. */
+typedef struct {
+  const char *node;    /* the node's name */
+  const float *smooth; /* K factors, each finite and > 0, or NULL (no smoothing) */
+  float act_scale;     /* > 0: static scale of the (smoothed) activation, one quantum, values
+                        * beyond ±127 quanta saturate; 0: per-row dynamic scales */
+} tpu_graph_calib_t;
+
 typedef struct {
   tpu_dtype_t precision;          /* of the matmul nodes with constant weights: FP32 (also when
                                    * opts is NULL), BF16 or INT8 (per-row dynamic activation
@@ -220,6 +231,10 @@ typedef struct {
   const char *const *fp32_nodes;  /* names of nodes kept in FP32 whatever `precision` says */
   size_t nfp32_nodes;
   uint64_t memory_limit;          /* bytes the program may hold (0: no limit): TPU_ERANGE */
+  int observable;                 /* keep what tpu_graph_program_observe shows (a copy of each
+                                   * engine matmul's FP32 weights): for calibration only */
+  const tpu_graph_calib_t *calib; /* INT8 only: per-node calibration (others: per-row dynamic */
+  size_t ncalib;                   /* scales, no smoothing); copied at compile */
   const tpu_graph_program_t *share; /* NULL, or a program compiled from the same graph (another
                                      * batch size, same precision and overrides): its packed
                                      * weights are reused, not packed again, and its arena when
@@ -264,6 +279,19 @@ int tpu_graph_program_input_range(const tpu_graph_program_t *p, size_t i, int64_
  * are then unspecified. */
 tpu_status_t tpu_graph_program_run(tpu_graph_program_t *p, const void *const *inputs,
                                    void *const *outputs);
+/* Calibration statistics: runs the program (compiled with opts.observable) like
+ * tpu_graph_program_run and, just before each matmul step that runs on an engine plan with FP32
+ * weights, calls observe with the node's name,
+ * its activation A (m rows of k floats, row-major, valid during the call only) and its weights
+ * W as an FP32 matrix with the output channels along `layout` (NK: [n][k], KN: [k][n]; alpha
+ * and folded BatchNormalization scales included). For SmoothQuant-style calibration of an FP32
+ * program: per-channel maxima of |A| and |W|. */
+typedef void (*tpu_graph_observe_fn)(void *user, const char *node, const float *a, size_t m,
+                                     size_t k, const float *w, tpu_layout_t layout, size_t n);
+tpu_status_t tpu_graph_program_observe(tpu_graph_program_t *p, const void *const *inputs,
+                                       void *const *outputs, tpu_graph_observe_fn observe,
+                                       void *user);
+
 /* The message of the last failed run ("" when none). */
 const char *tpu_graph_program_error(const tpu_graph_program_t *p);
 

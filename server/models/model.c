@@ -424,6 +424,8 @@ static tpu_status_t dense_graph(tpu_model_t *m, const char *ck, const tpu_model_
       (rc = tpu_graph_set_outputs(g, 1, outs)) != TPU_OK || (rc = tpu_graph_validate(g)) != TPU_OK)
     return fail(err, errlen, rc, ck, "%s", tpu_graph_error(g));
   tpu_graph_compile_opts_t co = {.precision = cfg->precision};
+  int sys = 0;
+  if ((rc = tpu__model_calibrate(m, o, &co, &sys, err, errlen)) != TPU_OK) return rc;
   for (size_t b = cfg->nbuckets; b-- > 0;) { /* the largest first: the others share with it */
     if (cancelled(o)) return fail(err, errlen, TPU_ECANCELED, m->dir, "load cancelled");
     co.share = m->progs[cfg->nbuckets - 1]; /* weights packed once, one arena */
@@ -942,6 +944,7 @@ const char *tpu_model_format_name(const tpu_model_t *m) {
   return m && m->cfg->format == TPU_MODEL_FORMAT_ONNX ? "onnx" : "dense";
 }
 const char *tpu_model_reference_result(const tpu_model_t *m) { return m ? m->reference : ""; }
+const char *tpu_model_calibration(const tpu_model_t *m) { return m ? m->calibrated : ""; }
 size_t tpu_model_describe(const tpu_model_t *m, size_t b, char *buf, size_t len) {
   if (buf && len) buf[0] = '\0';
   if (!m || b >= m->cfg->nbuckets || !m->progs[b]) return 0;

@@ -149,6 +149,9 @@ size_t tpu_model_out_row_bytes(const tpu_model_t *model);
 int tpu_model_batched(const tpu_model_t *model);
 /* "dense" or "onnx". */
 const char *tpu_model_format_name(const tpu_model_t *model);
+/* What int8 calibration did ("" without one), e.g. "calibrated on 1000 rows: 3 matmul nodes,
+ * smoothing alpha 0.50, per-row activation scales; widest input channel range 5e+04:1". */
+const char *tpu_model_calibration(const tpu_model_t *model);
 /* The reference check's result ("" when the version has no reference), e.g. "passed: 1000 rows
  * in 4 buckets, worst error 2.1e-07 ...". */
 const char *tpu_model_reference_result(const tpu_model_t *model);

@@ -303,6 +303,38 @@ static tpu_status_t parse_reference(ctx_t *c, json_t *o, tpu_model_config_t *cfg
   return TPU_OK;
 }
 
+static tpu_status_t parse_calibration(ctx_t *c, json_t *o, tpu_model_config_t *cfg) {
+  static const char *const keys[] = {"file", "sha256", "smoothing", "static", NULL};
+  char g[96];
+  tpu_status_t rc;
+  tpu_model_calibration_config_t *k = &cfg->calibration;
+  if (!o) return TPU_OK;
+  if (!json_is_object(o))
+    return fail(c, TPU_EINVAL, "calibration: expected an object with file and sha256, got %s",
+                got(g, sizeof g, o));
+  if ((rc = only_keys(c, "calibration", o, keys)) != TPU_OK) return rc;
+  if (cfg->precision != TPU_DTYPE_INT8)
+    return fail(c, TPU_EINVAL, "calibration: only used with precision \"int8\" (this model is "
+                "%s); remove it or set precision", tpu_model_precision_name(cfg->precision));
+  k->present = 1;
+  k->smoothing = 0.5;
+  if ((rc = get_file(c, "calibration.file", json_object_get(o, "file"), &k->file)) != TPU_OK)
+    return rc;
+  if ((rc = get_sha(c, "calibration.sha256", json_object_get(o, "sha256"), k->sha256)) != TPU_OK)
+    return rc;
+  json_t *v;
+  if ((v = json_object_get(o, "smoothing")) &&
+      (rc = get_real(c, "calibration.smoothing", v, 0, 1, &k->smoothing)) != TPU_OK)
+    return rc;
+  if ((v = json_object_get(o, "static"))) {
+    if (!json_is_boolean(v))
+      return fail(c, TPU_EINVAL, "calibration.static: expected true or false, got %s",
+                  got(g, sizeof g, v));
+    k->static_scales = json_is_true(v);
+  }
+  return TPU_OK;
+}
+
 static tpu_status_t parse_overrides(ctx_t *c, json_t *a, tpu_model_config_t *cfg) {
   char g[96], path[64];
   tpu_status_t rc;
@@ -501,6 +533,7 @@ void tpu_model_config_free(tpu_model_config_t *cfg) {
   for (size_t i = 0; i < cfg->noverrides; i++) free(cfg->precision_overrides[i]);
   free(cfg->precision_overrides);
   free(cfg->reference.file);
+  free(cfg->calibration.file);
   free(cfg->reference.label_output);
   free(cfg->checkpoint_file);
   free(cfg);
@@ -519,7 +552,8 @@ tpu_status_t tpu_model_config_parse(const char *json, size_t len, const char *na
                                     tpu_model_config_t **out, char *err, size_t errlen) {
   static const char *const keys[] = {"format",    "inputs",   "outputs",
                                      "layers",    "precision", "precision_overrides",
-                                     "batching",  "checkpoint", "reference", NULL};
+                                     "batching",  "checkpoint", "reference",
+                                     "calibration", NULL};
   ctx_t c = {name ? name : "model.json", err, errlen};
   char g[96];
   tpu_status_t rc;
@@ -615,6 +649,8 @@ tpu_status_t tpu_model_config_parse(const char *json, size_t len, const char *na
       goto fail;
     }
   }
+  if ((rc = parse_calibration(&c, json_object_get(root, "calibration"), cfg)) != TPU_OK)
+    goto fail;
   if ((rc = parse_batching(&c, json_object_get(root, "batching"), cfg)) != TPU_OK) goto fail;
   if ((rc = parse_checkpoint(&c, json_object_get(root, "checkpoint"), cfg)) != TPU_OK) goto fail;
   json_decref(root);

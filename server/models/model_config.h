@@ -18,6 +18,9 @@
  *     outputs may be omitted (taken from the graph) or list up to TPU_MODEL_MAX_IO tensors of
  *     any OIP datatype the graph IR holds, checked against the graph at load (model.c);
  *     precision_overrides names nodes kept in FP32; checkpoint.file defaults to "model.onnx".
+ *   - calibration (optional, precision int8 only): {"file", "sha256", "smoothing" (SmoothQuant's
+ *     alpha, default 0.5, 0 = off), "static" (default false: per-row dynamic activation
+ *     scales)}; the file holds input.NAME tensors (rows along dimension 0), read at load.
  *   - reference (optional, any format): {"file", "sha256", "rtol" (default 1e-4), "atol"
  *     (default 1e-5), "labels": {"output", "min_agreement"}}; the file is checked at load
  *     (model.c).
@@ -92,6 +95,16 @@ typedef struct {
   double min_agreement; /* ... on at least this fraction of rows (0..1) */
 } tpu_model_reference_config_t;
 
+/* model.json "calibration" (precision int8 only): inputs representative of the traffic, from
+ * which each matmul's activation statistics are taken at load. */
+typedef struct {
+  int present;
+  char *file;        /* plain file name in the version directory (safetensors, input.NAME) */
+  char sha256[65];
+  double smoothing;  /* SmoothQuant's alpha in [0, 1]: 0 = no smoothing (default 0.5) */
+  int static_scales; /* 1: one static activation scale per matmul instead of per-row dynamic */
+} tpu_model_calibration_config_t;
+
 /* One dense layer: y = act(x·Wᵀ + b), W [out, in] as PyTorch's nn.Linear. */
 typedef struct {
   char *weight; /* checkpoint tensor name of W */
@@ -114,6 +127,7 @@ typedef struct {
   char **precision_overrides; /* onnx: node names kept in FP32 whatever precision says */
   size_t noverrides;
   tpu_model_reference_config_t reference;
+  tpu_model_calibration_config_t calibration;
   tpu_dtype_t precision; /* FP32, BF16 or INT8 */
   size_t max_batch_size;
   size_t buckets[TPU_MODEL_MAX_BUCKETS]; /* strictly increasing, last == max_batch_size */

@@ -18,6 +18,7 @@
  * staging buffer first (outputs likewise). Nothing is allocated on the run path.
  */
 #include <errno.h>
+#include <math.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,6 +172,7 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
                                  .nfp32_nodes = cfg->noverrides,
                                  .memory_limit = limit};
   uint64_t held = 0;
+  if ((rc = tpu__model_calibrate(m, o, &co, sys, err, errlen)) != TPU_OK) return rc;
   for (size_t b = cfg->nbuckets; b-- > 0;) { /* the largest first: the others share with it */
     if (cancel && atomic_load(cancel)) return fail(err, errlen, TPU_ECANCELED, ck, "load cancelled");
     co.share = m->progs[cfg->nbuckets - 1]; /* weights packed once, one arena */
@@ -254,6 +256,201 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
   return TPU_OK;
 }
 
+/* ---- int8 calibration ---- */
+
+typedef struct {
+  char *node;
+  size_t k;
+  float *amax, *wmax; /* per input channel: max |activation|, max |weight| */
+} cstat_t;
+
+typedef struct {
+  cstat_t *s;
+  size_t n;
+  int oom;
+} cstats_t;
+
+static void observe(void *user, const char *node, const float *a, size_t mrows, size_t k,
+                    const float *w, tpu_layout_t layout, size_t n) {
+  cstats_t *cs = user;
+  cstat_t *st = NULL;
+  for (size_t i = 0; i < cs->n && !st; i++)
+    if (strcmp(cs->s[i].node, node) == 0 && cs->s[i].k == k) st = &cs->s[i];
+  if (!st) {
+    if (!node[0]) return; /* an unnamed node cannot be named in calib */
+    cstat_t *ns = realloc(cs->s, (cs->n + 1) * sizeof *ns);
+    if (!ns) {
+      cs->oom = 1;
+      return;
+    }
+    cs->s = ns;
+    st = &cs->s[cs->n];
+    st->node = strdup(node);
+    st->k = k;
+    st->amax = calloc(k, sizeof *st->amax);
+    st->wmax = calloc(k, sizeof *st->wmax);
+    if (!st->node || !st->amax || !st->wmax) {
+      free(st->node), free(st->amax), free(st->wmax);
+      cs->oom = 1;
+      return;
+    }
+    cs->n++;
+    for (size_t i = 0; i < k * n; i++) {
+      size_t kk = layout == TPU_LAYOUT_NK ? i % k : i / n;
+      float v = fabsf(w[i]);
+      if (v > st->wmax[kk]) st->wmax[kk] = v;
+    }
+  }
+  for (size_t r = 0; r < mrows; r++)
+    for (size_t kk = 0; kk < k; kk++) {
+      float v = fabsf(a[r * k + kk]);
+      if (v > st->amax[kk]) st->amax[kk] = v;
+    }
+}
+
+tpu_status_t tpu__model_calibrate(tpu_model_t *m, const tpu_model_load_opts_t *o,
+                                  tpu_graph_compile_opts_t *co, int *sys, char *err,
+                                  size_t errlen) {
+  const tpu_model_config_t *cfg = m->cfg;
+  const tpu_model_calibration_config_t *cc = &cfg->calibration;
+  if (!cc->present || cfg->precision != TPU_DTYPE_INT8) return TPU_OK;
+  char path[PATH_MAX];
+  if ((size_t)snprintf(path, sizeof path, "%s/%s", m->dir, cc->file) >= sizeof path)
+    return fail(err, errlen, TPU_EINVAL, m->dir, "path too long");
+  tpu_safetensors_t *st = NULL;
+  tpu_st_read_opts_t ro = {.max_bytes = o ? o->memory_limit : 0, .cancel = o ? o->cancel : NULL,
+                           .sys_errno = sys};
+  tpu_status_t rc = tpu_safetensors_load(path, cc->sha256, &ro, &st, err, errlen);
+  if (rc != TPU_OK) return rc;
+  size_t bs = cfg->buckets[cfg->nbuckets - 1];
+  tpu_graph_program_t *p = NULL;
+  tpu_graph_compile_opts_t fo = {.precision = TPU_DTYPE_FP32, .observable = 1,
+                                 .memory_limit = o ? o->memory_limit : 0};
+  cstats_t cs = {0};
+  void *ins[TPU_MODEL_MAX_IO] = {0}, *outs[TPU_MODEL_MAX_IO] = {0};
+  const tpu_st_tensor_t *tin[TPU_MODEL_MAX_IO];
+  size_t ni = 0, no = 0;
+  uint64_t rows = 0;
+  rc = tpu_graph_compile(m->graph, m->engine, (int64_t)bs, &fo, &p);
+  if (rc != TPU_OK) {
+    rc = fail(err, errlen, rc, path, "calibration: %s", tpu_graph_error(m->graph));
+    goto done;
+  }
+  ni = tpu_graph_program_input_count(p);
+  no = tpu_graph_program_output_count(p);
+  for (size_t i = 0; i < ni; i++) {
+    tpu_graph_io_t io;
+    tpu_graph_program_input(p, i, &io);
+    char key[TPU_MODEL_MAX_NAME * 2 + 16];
+    snprintf(key, sizeof key, "input.%s", io.name);
+    const tpu_st_tensor_t *x = tpu_safetensors_find(st, key);
+    size_t row_bytes = io.bytes / bs;
+    static const char *const stname[TPU_GRAPH_DTYPE_COUNT] = {
+        [TPU_GRAPH_FP32] = "F32", [TPU_GRAPH_FP16] = "F16", [TPU_GRAPH_BF16] = "BF16",
+        [TPU_GRAPH_FP64] = "F64", [TPU_GRAPH_INT64] = "I64", [TPU_GRAPH_INT32] = "I32",
+        [TPU_GRAPH_INT8] = "I8",  [TPU_GRAPH_UINT8] = "U8",  [TPU_GRAPH_BOOL] = "BOOL"};
+    const char *want = io.dtype < TPU_GRAPH_DTYPE_COUNT ? stname[io.dtype] : NULL;
+    int ok = x && want && io.rank >= 1 && x->ndim == (size_t)io.rank && x->shape[0] > 0 &&
+             x->nbytes == x->shape[0] * row_bytes &&
+             strcmp(tpu_st_dtype_name(x->dtype), want) == 0;
+    for (int d = 1; ok && d < io.rank; d++) ok = x->shape[d] == (uint64_t)io.dims[d];
+    if (!ok || (rows && x->shape[0] != rows)) {
+      rc = fail(err, errlen, TPU_EINVAL, path, "calibration: expected a tensor '%s' of rows of "
+                "the model's input '%s' (%s, every input with the same row count)", key,
+                io.name, tpu_graph_dtype_name(io.dtype));
+      goto done;
+    }
+    rows = x->shape[0];
+    tin[i] = x;
+    if (!(ins[i] = calloc(1, io.bytes ? io.bytes : 1))) {
+      rc = fail(err, errlen, TPU_ENOMEM, path, "out of memory");
+      goto done;
+    }
+  }
+  for (size_t j = 0; j < no; j++) {
+    tpu_graph_io_t io;
+    tpu_graph_program_output(p, j, &io);
+    if (!(outs[j] = malloc(io.bytes ? io.bytes : 1))) {
+      rc = fail(err, errlen, TPU_ENOMEM, path, "out of memory");
+      goto done;
+    }
+  }
+  for (uint64_t r0 = 0; r0 < rows; r0 += bs) {
+    if (o && o->cancel && atomic_load(o->cancel)) {
+      rc = fail(err, errlen, TPU_ECANCELED, m->dir, "load cancelled during calibration");
+      goto done;
+    }
+    size_t n = rows - r0 < bs ? (size_t)(rows - r0) : bs;
+    for (size_t i = 0; i < ni; i++) {
+      tpu_graph_io_t io;
+      tpu_graph_program_input(p, i, &io);
+      size_t rb = io.bytes / bs;
+      memset(ins[i], 0, io.bytes); /* padding rows: zeros, which move no maximum */
+      memcpy(ins[i], (const unsigned char *)tin[i]->data + r0 * rb, n * rb);
+    }
+    rc = tpu_graph_program_observe(p, (const void *const *)ins, outs, observe, &cs);
+    if (rc != TPU_OK || cs.oom) {
+      rc = fail(err, errlen, rc != TPU_OK ? rc : TPU_ENOMEM, path, "calibration run: %s",
+                rc != TPU_OK ? tpu_graph_program_error(p) : "out of memory");
+      goto done;
+    }
+  }
+  /* Factors and scales per node. */
+  if (!(m->calib = calloc(cs.n + 1, sizeof *m->calib))) {
+    rc = fail(err, errlen, TPU_ENOMEM, path, "out of memory");
+    goto done;
+  }
+  double alpha = cc->smoothing, worst_ratio = 1;
+  for (size_t i = 0; i < cs.n; i++) {
+    cstat_t *c = &cs.s[i];
+    float *sm = NULL;
+    double amax_s = 0, lo = INFINITY, hi = 0;
+    if (alpha > 0 && !(sm = malloc(c->k * sizeof *sm))) {
+      rc = fail(err, errlen, TPU_ENOMEM, path, "out of memory");
+      goto done;
+    }
+    for (size_t k = 0; k < c->k; k++) {
+      double s = 1;
+      if (sm && c->amax[k] > 0 && c->wmax[k] > 0) {
+        s = pow(c->amax[k], alpha) / pow(c->wmax[k], 1 - alpha);
+        s = s < 1e-6 ? 1e-6 : s > 1e6 ? 1e6 : s;
+      }
+      if (sm) sm[k] = (float)s;
+      double v = c->amax[k] / s;
+      if (v > amax_s) amax_s = v;
+      if (c->amax[k] > 0 && c->amax[k] < lo) lo = c->amax[k];
+      if (c->amax[k] > hi) hi = c->amax[k];
+    }
+    if (hi > 0 && lo < INFINITY && hi / lo > worst_ratio) worst_ratio = hi / lo;
+    m->calib[i].node = c->node;
+    c->node = NULL;
+    m->calib[i].smooth = sm;
+    m->calib[i].act_scale = cc->static_scales && amax_s > 0 ? (float)(amax_s / 127) : 0;
+    m->ncalib = i + 1;
+  }
+  co->calib = m->calib;
+  co->ncalib = m->ncalib;
+  snprintf(m->calibrated, sizeof m->calibrated, "calibrated on %llu rows: %zu matmul nodes, "
+           "smoothing alpha %.2f, %s activation scales; widest input channel range %.3g:1",
+           (unsigned long long)rows, m->ncalib, alpha, cc->static_scales ? "static" : "per-row",
+           worst_ratio);
+  rc = TPU_OK;
+done:
+  for (size_t i = 0; i < cs.n; i++) {
+    free(cs.s[i].node);
+    free(cs.s[i].amax);
+    free(cs.s[i].wmax);
+  }
+  free(cs.s);
+  for (size_t i = 0; i < TPU_MODEL_MAX_IO; i++) {
+    free(ins[i]);
+    free(outs[i]);
+  }
+  tpu_graph_program_free(p);
+  tpu_safetensors_close(st);
+  return rc;
+}
+
 tpu_status_t tpu__model_run_graph(tpu_model_t *m, size_t b, const void *in, void *out, char *err,
                                   size_t errlen) {
   size_t rows = m->cfg->buckets[b];
@@ -289,6 +486,11 @@ tpu_status_t tpu__model_run_graph(tpu_model_t *m, size_t b, const void *in, void
 }
 
 void tpu__model_free_graph(tpu_model_t *m) {
+  for (size_t i = 0; i < m->ncalib; i++) {
+    free((char *)m->calib[i].node);
+    free((float *)m->calib[i].smooth);
+  }
+  free(m->calib);
   size_t last = m->cfg ? m->cfg->nbuckets - 1 : 0; /* the largest owns what the others share */
   for (size_t b = 0; b < TPU_MODEL_MAX_BUCKETS; b++)
     if (b != last) tpu_graph_program_free(m->progs[b]);

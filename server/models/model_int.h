@@ -50,9 +50,20 @@ struct tpu_model {
   unsigned char *pad_in;  /* staging for tpu_model_infer: max_bucket packed input rows */
   unsigned char *pad_out; /* max_bucket packed output rows */
   char reference[512];    /* the reference check's result */
+  tpu_graph_calib_t *calib; /* int8 calibration per matmul node (names and factors owned) */
+  size_t ncalib;
+  char calibrated[256];   /* what calibration found, for the log */
   uint64_t load_us, warmup_us;
   uint64_t memory_bytes; /* held while serving (see tpu_model_load_opts_t) */
 };
+
+/* With precision int8 and model.json's calibration: compiles the graph in FP32 for the largest
+ * bucket, runs the calibration file's rows through it observing every engine matmul's
+ * activation, and fills m->calib (SmoothQuant factors s_k = max|X_k|^α / max|W_k|^(1-α), and
+ * with "static" one activation scale per node) for co. Otherwise does nothing. */
+tpu_status_t tpu__model_calibrate(tpu_model_t *m, const tpu_model_load_opts_t *o,
+                                  tpu_graph_compile_opts_t *co, int *sys, char *err,
+                                  size_t errlen);
 
 /* Loads the ONNX model `ck` (format onnx): reads it (bounded by the memory limit), checks its
  * SHA-256, decodes, converts and compiles one program per bucket (a model with no batch

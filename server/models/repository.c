@@ -713,14 +713,15 @@ static int instance_load(tpu__repo_t *r, const char *name, const char *vdir, uin
                            k == 0 ? "" : k == m->nin ? "; " : ", ",
                            k < m->nin ? "input" : "output", sp->name, sp->datatype, shp);
   }
-  const char *ref = tpu_model_reference_result(m->model);
+  const char *ref = tpu_model_reference_result(m->model), *cal = tpu_model_calibration(m->model);
   tpu_log_info("%s: ready in %llu ms (%s, sha256 %.12s.., warm-up %llu us, memory %.1f MiB) "
-               "from %s: %s; %s, max_batch_size %zu, %zu buckets, max_queue_delay_us %u%s%s",
+               "from %s: %s; %s%s%s, max_batch_size %zu, %zu buckets, max_queue_delay_us %u%s%s",
                m->label, (unsigned long long)((tpu_now_us() - t0 + 500) / 1000),
                tpu_model_format_name(m->model), sha ? sha : "?",
                (unsigned long long)tpu_model_warmup_us(m->model),
                (double)m->memory_bytes / (1 << 20), vdir, io,
-               tpu_model_precision_name(tpu_model_precision(m->model)), bc.max_batch_size, nb,
+               tpu_model_precision_name(tpu_model_precision(m->model)), cal[0] ? " " : "", cal,
+               bc.max_batch_size, nb,
                (unsigned)bc.max_queue_delay_us, ref[0] ? "; reference check " : "", ref);
   pthread_mutex_lock(&r->mu);
   m->live_next = r->live;

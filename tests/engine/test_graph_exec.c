@@ -491,6 +491,88 @@ static void test_batchnorm_not_folded_across_rank(void) {
   tpu_graph_free(g);
 }
 
+
+typedef struct {
+  int calls;
+  size_t m, k, n;
+  float amax[64], wmax[64];
+} obs_t;
+
+static void observe_cb(void *user, const char *node, const float *a, size_t m, size_t k,
+                       const float *w, tpu_layout_t layout, size_t n) {
+  obs_t *o = user;
+  CU_ASSERT_STRING_EQUAL(node, "mm");
+  o->calls++;
+  o->m = m, o->k = k, o->n = n;
+  for (size_t i = 0; i < m * k; i++)
+    if (fabsf(a[i]) > o->amax[i % k]) o->amax[i % k] = fabsf(a[i]);
+  for (size_t i = 0; i < k * n; i++) {
+    size_t kk = layout == TPU_LAYOUT_NK ? i % k : i / n;
+    if (fabsf(w[i]) > o->wmax[kk]) o->wmax[kk] = fabsf(w[i]);
+  }
+}
+
+/* INT8 on badly scaled input channels (0.05 .. 2500, as unscaled tabular features): per-row
+ * quantization loses the small channels; SmoothQuant factors from observed statistics
+ * (s_k = sqrt(max|X_k| / max|W_k|)) balance them first, and a static scale from the same
+ * statistics works too. Each stays the same product in exact arithmetic. */
+static void test_int8_smoothing(void) {
+  enum { R = 32, KK = 16, NN = 8 };
+  static float w[KK * NN], x[R * KK], ref[R * NN], y[R * NN];
+  fill(w, KK * NN);
+  fill(x, R * KK);
+  for (int i = 0; i < R * KK; i++) x[i] *= (i % KK) < 8 ? 0.05f : 2500.0f; /* two scales */
+  for (int i = 0; i < KK * NN; i++) w[i] *= (i / NN) < 8 ? 1000.0f : 0.02f; /* both matter */
+  tpu_graph_t *g = mk();
+  int64_t xd[] = {TPU_GRAPH_BATCH, KK}, wd[] = {KK, NN};
+  input(g, "x", 2, xd);
+  init(g, "W", 2, wd, w, KK * NN);
+  const char *min[] = {"x", "W"};
+  node(g, "mm", "MatMul", 2, min, "y");
+  io(g, "x", "y");
+  const void *in[] = {x};
+  tpu_graph_compile_opts_t fo = {.observable = 1};
+  tpu_graph_program_t *p = compile(g, R, &fo);
+  obs_t o = {0};
+  void *outr[] = {ref};
+  CU_ASSERT_FATAL(tpu_graph_program_observe(p, in, outr, observe_cb, &o) == TPU_OK);
+  CU_ASSERT_EQUAL(o.calls, 1);
+  CU_ASSERT(o.m == R && o.k == KK && o.n == NN);
+  tpu_graph_program_free(p);
+  float smooth[KK], amax_s = 0;
+  for (int k = 0; k < KK; k++) {
+    smooth[k] = sqrtf(o.amax[k] / o.wmax[k]);
+    if (o.amax[k] / smooth[k] > amax_s) amax_s = o.amax[k] / smooth[k];
+  }
+  double err[3];
+  for (int mode = 0; mode < 3; mode++) { /* plain, smoothed, smoothed + static scale */
+    tpu_graph_calib_t cb = {.node = "mm", .smooth = mode ? smooth : NULL,
+                            .act_scale = mode == 2 ? amax_s / 127 : 0};
+    tpu_graph_compile_opts_t qo = {.precision = TPU_DTYPE_INT8, .calib = mode ? &cb : NULL,
+                                   .ncalib = mode ? 1 : 0};
+    p = compile(g, R, &qo);
+    char desc[256];
+    tpu_graph_program_describe(p, desc, sizeof desc);
+    CU_ASSERT_EQUAL(strstr(desc, "smoothed") != NULL, mode >= 1);
+    CU_ASSERT_EQUAL(strstr(desc, "static-scale") != NULL, mode == 2);
+    void *out[] = {y};
+    CU_ASSERT_FATAL(tpu_graph_program_run(p, in, out) == TPU_OK);
+    double e2 = 0, n2 = 0;
+    for (int i = 0; i < R * NN; i++) {
+      e2 += (y[i] - ref[i]) * (double)(y[i] - ref[i]);
+      n2 += ref[i] * (double)ref[i];
+    }
+    err[mode] = sqrt(e2 / n2);
+    tpu_graph_program_free(p);
+  }
+  if (getenv("TPU_TEST_VERBOSE") || !(err[1] < err[0] / 4 && err[2] < err[0] / 2))
+    fprintf(stderr, "\n  int8 relative errors: plain %g, smoothed %g, static %g\n", err[0],
+            err[1], err[2]);
+  CU_ASSERT(err[1] < err[0] / 4);
+  CU_ASSERT(err[2] < err[0] / 2);
+  tpu_graph_free(g);
+}
+
 static void test_arguments(void) {
   tpu_graph_program_t *p = (tpu_graph_program_t *)&p;
   CU_ASSERT_EQUAL(tpu_graph_compile(NULL, engine(), 1, NULL, &p), TPU_EINVAL);
@@ -506,6 +588,7 @@ TPU_TEST_SUITE(graph_exec,
                {"matmul_add_fused", test_matmul_add_fused},
                {"gelu_pattern", test_gelu_pattern},
                {"batchnorm_fold", test_batchnorm_fold},
+               {"int8_smoothing", test_int8_smoothing},
                {"batchnorm_not_folded_across_rank", test_batchnorm_not_folded_across_rank},
                {"matmul_tensors", test_matmul_tensors},
                {"folding_and_trans_a", test_folding_and_trans_a},

@@ -173,10 +173,38 @@ static void test_not_json(void) {
   expect_err("{\"precision\": \"fp32\", \"precision\": \"bf16\"}", "duplicate object key");
 }
 
+
+/* calibration: int8 only, a plain file with its digest, smoothing in [0, 1], static a bool. */
+static void test_calibration(void) {
+  static const char *const H = "\"sha256\": \"" /* 64 hex digits */
+                               "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"";
+  char p[512];
+  snprintf(p, sizeof p, "\"precision\": \"int8\", \"calibration\": {\"file\": \"c.st\", %s, "
+           "\"smoothing\": 0.7, \"static\": true}", H);
+  tpu_model_config_t *cfg = parse_ok(CFG(NULL, NULL, NULL, p, NULL, NULL));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+  CU_ASSERT(cfg->calibration.present);
+  CU_ASSERT_STRING_EQUAL(cfg->calibration.file, "c.st");
+  CU_ASSERT_DOUBLE_EQUAL(cfg->calibration.smoothing, 0.7, 1e-12);
+  CU_ASSERT(cfg->calibration.static_scales);
+  tpu_model_config_free(cfg);
+  snprintf(p, sizeof p, "\"precision\": \"fp32\", \"calibration\": {\"file\": \"c.st\", %s}", H);
+  expect_err(CFG(NULL, NULL, NULL, p, NULL, NULL),
+             "calibration: only used with precision \"int8\"");
+  snprintf(p, sizeof p, "\"precision\": \"int8\", \"calibration\": {\"file\": \"../c\", %s}", H);
+  expect_err(CFG(NULL, NULL, NULL, p, NULL, NULL), "calibration.file: expected a plain file name");
+  snprintf(p, sizeof p, "\"precision\": \"int8\", \"calibration\": {\"file\": \"c\", %s, "
+           "\"smoothing\": 2}", H);
+  expect_err(CFG(NULL, NULL, NULL, p, NULL, NULL), "calibration.smoothing: expected a number");
+  expect_err(CFG(NULL, NULL, NULL, "\"precision\": \"int8\", \"calibration\": {\"file\": \"c\"}",
+                 NULL, NULL),
+             "calibration.sha256: required field is missing");
+}
+
 static void test_unknown_field(void) {
   expect_err(CFG(NULL, NULL, NULL, "\"precison\": \"int8\"", NULL, NULL),
              "model.json: unknown field \"precison\" (expected format, inputs, outputs, layers, "
-             "precision, precision_overrides, batching, checkpoint, reference)");
+             "precision, precision_overrides, batching, checkpoint, reference, calibration)");
   expect_err(CFG("\"inputs\": [{\"name\": \"x\", \"datatype\": \"FP32\", \"shape\": [-1, 4], "
                  "\"dims\": 1}]", NULL, NULL, NULL, NULL, NULL),
              "inputs[0]: unknown field \"dims\"");
@@ -411,6 +439,7 @@ static void test_bundled_configs(void) {
 }
 
 TPU_TEST_SUITE(model_config,
+               {"calibration", test_calibration},
                {"contract_example", test_contract_example},
                {"defaults", test_defaults},
                {"variants", test_variants},
