@@ -58,7 +58,7 @@ tpu_http_parse_result_t tpu_http_parse_request(const char *buf, size_t len,
       return bad(r, 431, "request line and headers exceed the server's limit");
     return TPU_HTTP_PARSE_INCOMPLETE;
   }
-  if (hend > limits->max_head_bytes)
+  if (skip + hend > limits->max_head_bytes) /* the skipped empty lines count too */
     return bad(r, 431, "request line and headers exceed the server's limit");
   const char *p = buf + skip, *end = buf + skip + hend;
   r->head_len = skip + hend;
