@@ -20,7 +20,7 @@ import os
 import sys
 
 # The objects of model.json whose "file" is hashed into their "sha256".
-SECTIONS = ("checkpoint", "reference")
+SECTIONS = ("checkpoint", "reference", "calibration")
 
 
 class _Scanner:
@@ -100,7 +100,17 @@ class _Scanner:
 
 
 def sha256_file(path):
+    """The file's SHA-256; for a directory (an ONNX test_data_set_N/ reference), that of its
+    input_K.pb then output_K.pb files concatenated in order, as tpud computes it."""
     h = hashlib.sha256()
+    if os.path.isdir(path):
+        for kind in ("input", "output"):
+            k = 0
+            while os.path.exists(os.path.join(path, f"{kind}_{k}.pb")):
+                with open(os.path.join(path, f"{kind}_{k}.pb"), "rb") as f:
+                    h.update(f.read())
+                k += 1
+        return h.hexdigest()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)

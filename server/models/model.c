@@ -25,6 +25,7 @@
 #include "clock.h"
 #include "model_int.h"
 #include "file.h"
+#include "onnx.h"
 #include "safetensors.h"
 #include "tpu_text.h"
 
@@ -745,17 +746,160 @@ static size_t argmax_row(const tpu_model_tensor_t *t, const unsigned char *p, si
 
 /* Runs the reference file's inputs through every bucket and compares every output with the
  * framework's (see model.h's tpu_model_reference_result and PRODUCT.md "reference"). */
+/* A reference given as an ONNX test data directory (test_data_set_N/ with input_K.pb and
+ * output_K.pb, one TensorProto each, as ONNX's backend tests and onnx's tooling write them):
+ * its SHA-256 is that of the files' bytes concatenated in that order (inputs, then outputs);
+ * the tensors become an in-memory safetensors file of input.NAME and output.NAME (matched to
+ * the model's inputs and outputs by the tensor's name, else by position), so one check reads
+ * both forms. *blob receives the bytes (free()). */
+static tpu_status_t pb_reference(const tpu_model_t *m, const char *dir, const char *sha,
+                                 const tpu_model_load_opts_t *o, int *sys, void **blob,
+                                 size_t *bloblen, char *err, size_t errlen) {
+  tpu_onnx_tensor_t *ts[2][TPU_MODEL_MAX_IO] = {{0}};
+  size_t nt[2] = {0, 0};
+  unsigned char *cat = NULL, *out = NULL;
+  size_t catlen = 0;
+  tpu_status_t rc = TPU_OK;
+  size_t limit = o ? (size_t)o->memory_limit : 0;
+  for (int k = 0; k < 2 && rc == TPU_OK; k++) {
+    size_t want = k ? m->nout : m->nin;
+    for (size_t i = 0; i < want; i++) {
+      char path[PATH_MAX];
+      if ((size_t)snprintf(path, sizeof path, "%s/%s_%zu.pb", dir, k ? "output" : "input", i) >=
+          sizeof path) {
+        rc = fail(err, errlen, TPU_EINVAL, dir, "path too long");
+        break;
+      }
+      void *buf = NULL;
+      size_t len = 0;
+      int e = tpu_file_read(path, limit, o ? o->cancel : NULL, &buf, &len, NULL, err, errlen);
+      if (e) {
+        *sys = e;
+        rc = e == ENOMEM ? TPU_ENOMEM : e == ECANCELED ? TPU_ECANCELED : TPU_EINVAL;
+        break;
+      }
+      unsigned char *nc = realloc(cat, catlen + len + 1);
+      if (!nc) {
+        free(buf);
+        rc = fail(err, errlen, TPU_ENOMEM, dir, "out of memory");
+        break;
+      }
+      cat = nc;
+      memcpy(cat + catlen, buf, len);
+      catlen += len;
+      rc = tpu_onnx_tensor_parse(buf, len, path, &ts[k][i], err, errlen);
+      free(buf);
+      if (rc != TPU_OK) break;
+      nt[k] = i + 1;
+    }
+  }
+  char got[65];
+  if (rc == TPU_OK) {
+    if (tpu_file_sha256(cat ? cat : (const void *)"", catlen, o ? o->cancel : NULL, got) != 0)
+      rc = fail(err, errlen, TPU_ENOMEM, dir, "SHA-256 failed");
+    else if (strcmp(got, sha) != 0)
+      rc = fail(err, errlen, TPU_EINVAL, dir, "SHA-256 mismatch: the digest of its input_K.pb "
+                "and output_K.pb files (concatenated in that order) is %s, expected %s", got,
+                sha);
+  }
+  /* The safetensors form: header of every tensor, then the bytes. */
+  size_t hcap = 256, hlen = 0, data = 0;
+  char *hdr = NULL;
+  for (int k = 0; k < 2 && rc == TPU_OK; k++)
+    for (size_t i = 0; i < nt[k]; i++) {
+      const tpu_onnx_tensor_t *t = ts[k][i];
+      const tpu_model_tensor_t *mt = k ? &m->outs[i].t : &m->ins[i].t;
+      size_t n = k ? m->nout : m->nin;
+      for (size_t j = 0; j < n; j++) /* by name, when the file names a model tensor */
+        if (t->name[0] && strcmp(t->name, k ? m->outs[j].t.name : m->ins[j].t.name) == 0)
+          mt = k ? &m->outs[j].t : &m->ins[j].t;
+      static const struct {
+        int onnx;
+        const char *st;
+      } dt[] = {{TPU_ONNX_FLOAT, "F32"}, {TPU_ONNX_FLOAT16, "F16"}, {TPU_ONNX_BFLOAT16, "BF16"},
+                {TPU_ONNX_DOUBLE, "F64"}, {TPU_ONNX_INT64, "I64"},  {TPU_ONNX_INT32, "I32"},
+                {TPU_ONNX_INT8, "I8"},    {TPU_ONNX_UINT8, "U8"},   {TPU_ONNX_BOOL, "BOOL"}};
+      const char *sd = NULL;
+      for (size_t d = 0; d < sizeof dt / sizeof dt[0]; d++)
+        if (dt[d].onnx == t->dtype) sd = dt[d].st;
+      if (!sd || strpbrk(mt->name, "\"\\")) {
+        rc = fail(err, errlen, TPU_EINVAL, dir, "%s_%zu.pb: element type %s is not one a "
+                  "model takes", k ? "output" : "input", i, tpu_onnx_dtype_name(t->dtype));
+        break;
+      }
+      size_t need = hlen + strlen(mt->name) + 64 + 24 * (t->ndim + 2);
+      if (need + 8 > hcap || !hdr) {
+        hcap = 2 * need + 256;
+        char *nh = realloc(hdr, hcap);
+        if (!nh) {
+          rc = fail(err, errlen, TPU_ENOMEM, dir, "out of memory");
+          break;
+        }
+        hdr = nh;
+      }
+      hlen += (size_t)snprintf(hdr + hlen, hcap - hlen, "%s\"%s.%s\":{\"dtype\":\"%s\","
+                               "\"shape\":[", hlen ? "," : "{", k ? "output" : "input",
+                               mt->name, sd);
+      for (size_t d = 0; d < t->ndim; d++)
+        hlen += (size_t)snprintf(hdr + hlen, hcap - hlen, "%s%lld", d ? "," : "",
+                                 (long long)t->dims[d]);
+      hlen += (size_t)snprintf(hdr + hlen, hcap - hlen, "],\"data_offsets\":[%zu,%zu]}", data,
+                               data + t->nbytes);
+      data += t->nbytes;
+    }
+  if (rc == TPU_OK) {
+    if (!hdr && !(hdr = malloc(hcap))) rc = fail(err, errlen, TPU_ENOMEM, dir, "out of memory");
+    else {
+      hlen += (size_t)snprintf(hdr + hlen, hcap - hlen, "%s}", hlen ? "" : "{");
+      while (hlen % 8) hdr[hlen++] = ' ';
+      if (!(out = malloc(8 + hlen + data))) {
+        rc = fail(err, errlen, TPU_ENOMEM, dir, "out of memory");
+      } else {
+        uint64_t hl = hlen;
+        memcpy(out, &hl, 8);
+        memcpy(out + 8, hdr, hlen);
+        size_t at = 8 + hlen;
+        for (int k = 0; k < 2; k++)
+          for (size_t i = 0; i < nt[k]; i++) {
+            if (ts[k][i]->nbytes) memcpy(out + at, ts[k][i]->data, ts[k][i]->nbytes);
+            at += ts[k][i]->nbytes;
+          }
+        *blob = out;
+        *bloblen = at;
+      }
+    }
+  }
+  free(hdr);
+  free(cat);
+  for (int k = 0; k < 2; k++)
+    for (size_t i = 0; i < nt[k]; i++) tpu_onnx_tensor_free(ts[k][i]);
+  return rc;
+}
+
 static tpu_status_t reference_check(tpu_model_t *m, tpu_model_load_opts_t *o, int *sys,
                                     char *err, size_t errlen) {
   const tpu_model_reference_config_t *rc_ = &m->cfg->reference;
   char path[PATH_MAX];
   tpu_safetensors_t *st = NULL;
+  void *blob = NULL;
   tpu_status_t rc;
   if ((size_t)snprintf(path, sizeof path, "%s/%s", m->dir, rc_->file) >= sizeof path)
     return fail(err, errlen, TPU_EINVAL, m->dir, "path too long");
-  tpu_st_read_opts_t ro = {.max_bytes = o ? o->memory_limit : 0,
-                           .cancel = o ? o->cancel : NULL, .sys_errno = sys};
-  if ((rc = tpu_safetensors_load(path, rc_->sha256, &ro, &st, err, errlen)) != TPU_OK) return rc;
+  struct stat sb;
+  if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) { /* ONNX test data: test_data_set_N/ */
+    size_t len = 0;
+    if ((rc = pb_reference(m, path, rc_->sha256, o, sys, &blob, &len, err, errlen)) != TPU_OK)
+      return rc;
+    if ((rc = tpu_safetensors_parse(blob, len, path, &st, err, errlen)) != TPU_OK) {
+      free(blob);
+      return rc;
+    }
+  } else {
+    tpu_st_read_opts_t ro = {.max_bytes = o ? o->memory_limit : 0,
+                             .cancel = o ? o->cancel : NULL, .sys_errno = sys};
+    if ((rc = tpu_safetensors_load(path, rc_->sha256, &ro, &st, err, errlen)) != TPU_OK)
+      return rc;
+  }
   const tpu_st_tensor_t *tin[TPU_MODEL_MAX_IO], *tout[TPU_MODEL_MAX_IO];
   uint64_t rows = 0;
   const char *rows_from = NULL;
@@ -919,6 +1063,7 @@ static tpu_status_t reference_check(tpu_model_t *m, tpu_model_load_opts_t *o, in
   rc = TPU_OK;
 done:
   tpu_safetensors_close(st);
+  free(blob);
   return rc;
 }
 
