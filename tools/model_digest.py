@@ -101,14 +101,16 @@ class _Scanner:
 
 def sha256_file(path):
     """The file's SHA-256; for a directory (an ONNX test_data_set_N/ reference), that of its
-    input_K.pb then output_K.pb files concatenated in order, as tpud computes it."""
+    input_K.pb then output_K.pb files, each as its size (8 bytes little-endian) and its bytes,
+    as tpud computes it."""
     h = hashlib.sha256()
     if os.path.isdir(path):
         for kind in ("input", "output"):
             k = 0
             while os.path.exists(os.path.join(path, f"{kind}_{k}.pb")):
                 with open(os.path.join(path, f"{kind}_{k}.pb"), "rb") as f:
-                    h.update(f.read())
+                    b = f.read()
+                h.update(len(b).to_bytes(8, "little") + b)
                 k += 1
         return h.hexdigest()
     with open(path, "rb") as f:

@@ -30,6 +30,7 @@ typedef struct {
   tpu_layout_t layout;
   double w_alpha;         /* the scale folded into the packed copy */
   int w_folded;           /* a BatchNormalization's scale is folded into the packed copy */
+  const float *w_smooth;  /* the SmoothQuant factors folded into it (NULL: none) */
   tpu_plan_t *plan;
   /* shapes */
   size_t m, k, n;
@@ -88,7 +89,13 @@ static tpu_status_t engine_setup(tpu__prep_t *pc, tpu__step_t *s, mm_t *q, const
   q->layout = layout;
   q->w_alpha = alpha;
   q->w_folded = pc->fold_scale != NULL;
+  q->w_smooth = pc->calib ? pc->calib->smooth : NULL;
+  if (pc->calib && pc->calib->smooth && pc->calib->k != q->k)
+    return tpu__prep_fail(pc, TPU_EINVAL, "calibration for node '%s' has %zu smoothing factors; "
+                          "the node's inner dimension is %zu", pc->calib->node, pc->calib->k,
+                          q->k);
   if (sh && sh->w && sh->layout == layout && sh->w_alpha == alpha && sh->w_folded == q->w_folded &&
+      sh->w_smooth == q->w_smooth &&
       tpu_weights_k(sh->w) == q->k && tpu_weights_n(sh->w) == q->n &&
       tpu_weights_compute(sh->w) == pc->precision) {
     q->w = sh->w; /* packed once for every batch size */
@@ -128,6 +135,9 @@ static tpu_status_t engine_setup(tpu__prep_t *pc, tpu__step_t *s, mm_t *q, const
         scaled = NULL;
       } else if ((q->obs_w = malloc(q->k * q->n * sizeof *q->obs_w))) {
         memcpy(q->obs_w, src, q->k * q->n * sizeof *q->obs_w);
+      } else {
+        free(scaled);
+        return tpu__prep_fail(pc, TPU_ENOMEM, "out of memory keeping weights for calibration");
       }
       s->param_bytes += q->k * q->n * sizeof(float);
     }

@@ -219,7 +219,8 @@ typedef struct tpu_graph_program tpu_graph_program_t;
  * the activation's channels balanced before it is quantized) and a static activation scale. */
 typedef struct {
   const char *node;    /* the node's name */
-  const float *smooth; /* K factors, each finite and > 0, or NULL (no smoothing) */
+  size_t k;            /* its inner dimension K (an entry for another K is refused) */
+  const float *smooth; /* k factors, each finite and > 0, or NULL (no smoothing) */
   float act_scale;     /* > 0: static scale of the (smoothed) activation, one quantum, values
                         * beyond ±127 quanta saturate; 0: per-row dynamic scales */
 } tpu_graph_calib_t;
@@ -236,7 +237,8 @@ typedef struct {
   const tpu_graph_calib_t *calib; /* INT8 only: per-node calibration (others: per-row dynamic */
   size_t ncalib;                   /* scales, no smoothing); copied at compile */
   const tpu_graph_program_t *share; /* NULL, or a program compiled from the same graph (another
-                                     * batch size, same precision and overrides): its packed
+                                     * batch size, same precision, overrides and calibration):
+                                     * its packed
                                      * weights are reused, not packed again, and its arena when
                                      * it is big enough, so the two must never run at the same
                                      * time (compile the largest batch first and share it). It

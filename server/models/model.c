@@ -748,7 +748,8 @@ static size_t argmax_row(const tpu_model_tensor_t *t, const unsigned char *p, si
  * framework's (see model.h's tpu_model_reference_result and PRODUCT.md "reference"). */
 /* A reference given as an ONNX test data directory (test_data_set_N/ with input_K.pb and
  * output_K.pb, one TensorProto each, as ONNX's backend tests and onnx's tooling write them):
- * its SHA-256 is that of the files' bytes concatenated in that order (inputs, then outputs);
+ * its SHA-256 is that of each file's size (8 bytes, little-endian) and bytes, in that order
+ * (inputs, then outputs);
  * the tensors become an in-memory safetensors file of input.NAME and output.NAME (matched to
  * the model's inputs and outputs by the tensor's name, else by position), so one check reads
  * both forms. *blob receives the bytes (free()). */
@@ -778,15 +779,17 @@ static tpu_status_t pb_reference(const tpu_model_t *m, const char *dir, const ch
         rc = e == ENOMEM ? TPU_ENOMEM : e == ECANCELED ? TPU_ECANCELED : TPU_EINVAL;
         break;
       }
-      unsigned char *nc = realloc(cat, catlen + len + 1);
+      unsigned char *nc = realloc(cat, catlen + 8 + len + 1);
       if (!nc) {
         free(buf);
         rc = fail(err, errlen, TPU_ENOMEM, dir, "out of memory");
         break;
       }
       cat = nc;
-      memcpy(cat + catlen, buf, len);
-      catlen += len;
+      uint64_t l64 = len; /* each file's size, then its bytes: the boundaries are digested too */
+      memcpy(cat + catlen, &l64, 8);
+      memcpy(cat + catlen + 8, buf, len);
+      catlen += 8 + len;
       rc = tpu_onnx_tensor_parse(buf, len, path, &ts[k][i], err, errlen);
       free(buf);
       if (rc != TPU_OK) break;
@@ -799,8 +802,8 @@ static tpu_status_t pb_reference(const tpu_model_t *m, const char *dir, const ch
       rc = fail(err, errlen, TPU_ENOMEM, dir, "SHA-256 failed");
     else if (strcmp(got, sha) != 0)
       rc = fail(err, errlen, TPU_EINVAL, dir, "SHA-256 mismatch: the digest of its input_K.pb "
-                "and output_K.pb files (concatenated in that order) is %s, expected %s", got,
-                sha);
+                "and output_K.pb files (each as its size in 8 bytes little-endian, then its "
+                "bytes, in that order) is %s, expected %s", got, sha);
   }
   /* The safetensors form: header of every tensor, then the bytes. */
   size_t hcap = 256, hlen = 0, data = 0;
@@ -823,8 +826,13 @@ static tpu_status_t pb_reference(const tpu_model_t *m, const char *dir, const ch
       for (size_t d = 0; d < sizeof dt / sizeof dt[0]; d++)
         if (dt[d].onnx == t->dtype) sd = dt[d].st;
       if (!sd || strpbrk(mt->name, "\"\\")) {
-        rc = fail(err, errlen, TPU_EINVAL, dir, "%s_%zu.pb: element type %s is not one a "
-                  "model takes", k ? "output" : "input", i, tpu_onnx_dtype_name(t->dtype));
+        if (sd)
+          rc = fail(err, errlen, TPU_EINVAL, dir, "%s_%zu.pb: the model's tensor name '%s' has "
+                    "a quote or backslash, which this reference form cannot carry",
+                    k ? "output" : "input", i, mt->name);
+        else
+          rc = fail(err, errlen, TPU_EINVAL, dir, "%s_%zu.pb: element type %s is not one a "
+                    "model takes", k ? "output" : "input", i, tpu_onnx_dtype_name(t->dtype));
         break;
       }
       size_t need = hlen + strlen(mt->name) + 64 + 24 * (t->ndim + 2);

@@ -314,6 +314,9 @@ tpu_status_t tpu__model_calibrate(tpu_model_t *m, const tpu_model_load_opts_t *o
   const tpu_model_config_t *cfg = m->cfg;
   const tpu_model_calibration_config_t *cc = &cfg->calibration;
   if (!cc->present || cfg->precision != TPU_DTYPE_INT8) return TPU_OK;
+  if (!m->batched)
+    return fail(err, errlen, TPU_ENOTSUP, m->dir, "model.json: calibration needs a model with a "
+                "batch dimension (its rows are the calibration samples)");
   char path[PATH_MAX];
   if ((size_t)snprintf(path, sizeof path, "%s/%s", m->dir, cc->file) >= sizeof path)
     return fail(err, errlen, TPU_EINVAL, m->dir, "path too long");
@@ -385,8 +388,11 @@ tpu_status_t tpu__model_calibrate(tpu_model_t *m, const tpu_model_load_opts_t *o
       tpu_graph_io_t io;
       tpu_graph_program_input(p, i, &io);
       size_t rb = io.bytes / bs;
-      memset(ins[i], 0, io.bytes); /* padding rows: zeros, which move no maximum */
       memcpy(ins[i], (const unsigned char *)tin[i]->data + r0 * rb, n * rb);
+      /* Padding rows repeat the last real one: zeros would pass through biases and
+       * normalizations and show deeper layers activations no input produces. */
+      for (size_t r = n; r < bs; r++)
+        memcpy((unsigned char *)ins[i] + r * rb, (unsigned char *)ins[i] + (n - 1) * rb, rb);
     }
     rc = tpu_graph_program_observe(p, (const void *const *)ins, outs, observe, &cs);
     if (rc != TPU_OK || cs.oom) {
@@ -401,8 +407,17 @@ tpu_status_t tpu__model_calibrate(tpu_model_t *m, const tpu_model_load_opts_t *o
     goto done;
   }
   double alpha = cc->smoothing, worst_ratio = 1;
+  size_t skipped = 0;
+  /* One name on matmuls of different K (node names need not be unique): left uncalibrated. */
+  for (size_t i = 0; i < cs.n; i++)
+    for (size_t j = 0; j < cs.n; j++)
+      if (j != i && strcmp(cs.s[j].node, cs.s[i].node) == 0) cs.s[i].k = 0; /* mark */
   for (size_t i = 0; i < cs.n; i++) {
     cstat_t *c = &cs.s[i];
+    if (c->k == 0) {
+      skipped++;
+      continue;
+    }
     float *sm = NULL;
     double amax_s = 0, lo = INFINITY, hi = 0;
     if (alpha > 0 && !(sm = malloc(c->k * sizeof *sm))) {
@@ -422,18 +437,20 @@ tpu_status_t tpu__model_calibrate(tpu_model_t *m, const tpu_model_load_opts_t *o
       if (c->amax[k] > hi) hi = c->amax[k];
     }
     if (hi > 0 && lo < INFINITY && hi / lo > worst_ratio) worst_ratio = hi / lo;
-    m->calib[i].node = c->node;
+    tpu_graph_calib_t *e = &m->calib[m->ncalib++];
+    e->node = c->node;
     c->node = NULL;
-    m->calib[i].smooth = sm;
-    m->calib[i].act_scale = cc->static_scales && amax_s > 0 ? (float)(amax_s / 127) : 0;
-    m->ncalib = i + 1;
+    e->k = c->k;
+    e->smooth = sm;
+    e->act_scale = cc->static_scales && amax_s > 0 && isfinite(amax_s) ? (float)(amax_s / 127) : 0;
   }
   co->calib = m->calib;
   co->ncalib = m->ncalib;
-  snprintf(m->calibrated, sizeof m->calibrated, "calibrated on %llu rows: %zu matmul nodes, "
+  snprintf(m->calibrated, sizeof m->calibrated, "calibrated on %llu rows: %zu matmul nodes%s, "
            "smoothing alpha %.2f, %s activation scales; widest input channel range %.3g:1",
-           (unsigned long long)rows, m->ncalib, alpha, cc->static_scales ? "static" : "per-row",
-           worst_ratio);
+           (unsigned long long)rows, m->ncalib,
+           skipped ? " (some left out: one name on several matmuls)" : "", alpha,
+           cc->static_scales ? "static" : "per-row", worst_ratio);
   rc = TPU_OK;
 done:
   for (size_t i = 0; i < cs.n; i++) {

@@ -546,7 +546,7 @@ static void test_int8_smoothing(void) {
   }
   double err[3];
   for (int mode = 0; mode < 3; mode++) { /* plain, smoothed, smoothed + static scale */
-    tpu_graph_calib_t cb = {.node = "mm", .smooth = mode ? smooth : NULL,
+    tpu_graph_calib_t cb = {.node = "mm", .k = KK, .smooth = mode ? smooth : NULL,
                             .act_scale = mode == 2 ? amax_s / 127 : 0};
     tpu_graph_compile_opts_t qo = {.precision = TPU_DTYPE_INT8, .calib = mode ? &cb : NULL,
                                    .ncalib = mode ? 1 : 0};

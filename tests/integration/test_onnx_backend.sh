@@ -42,8 +42,9 @@ def digest(d):
             sorted(f for f in os.listdir(d) if f.startswith("output_"))
     names.sort(key=lambda f: (not f.startswith("input_"), int(f.split("_")[1].split(".")[0])))
     h = hashlib.sha256()
-    for f in names:
-        h.update(open(os.path.join(d, f), "rb").read())
+    for f in names:  # each file's size (8 bytes, little-endian), then its bytes
+        b = open(os.path.join(d, f), "rb").read()
+        h.update(len(b).to_bytes(8, "little") + b)
     return h.hexdigest()
 for test, broken in (("test_add", 0), ("test_gemm_default_no_bias", 0),
                      ("test_softmax_axis_1", 0), ("test_relu", 1)):
