@@ -15,38 +15,16 @@
 #include <string.h>
 
 #include "tpu_graph.h"
+#include "graph_test.h"
 #include "tpu_test.h"
 
 #define B TPU_GRAPH_BATCH
-
-static tpu_graph_t *mk(void) {
-  tpu_graph_t *g = NULL;
-  CU_ASSERT_FATAL(tpu_graph_new(&g) == TPU_OK && g);
-  CU_ASSERT_STRING_EQUAL(tpu_graph_error(g), "");
-  return g;
-}
-
-/* Splits "a,b,,c" into names (pointers into buf). */
-static size_t split(const char *list, char *buf, size_t len, const char **names) {
-  size_t n = 0;
-  if (!list || !*list) return 0;
-  snprintf(buf, len, "%s", list);
-  char *p = buf;
-  for (;;) {
-    names[n++] = p;
-    char *comma = strchr(p, ',');
-    if (!comma) break;
-    *comma = 0;
-    p = comma + 1;
-  }
-  return n;
-}
 
 static tpu_status_t node(tpu_graph_t *g, const char *name, const char *op, int opset,
                          const char *ins, const char *outs, size_t *idx) {
   char b1[256], b2[256];
   const char *in[16], *out[16];
-  size_t nin = split(ins, b1, sizeof b1, in), nout = split(outs, b2, sizeof b2, out);
+  size_t nin = tg_split(ins, b1, sizeof b1, in), nout = tg_split(outs, b2, sizeof b2, out);
   return tpu_graph_add_node(g, name, op, NULL, opset, nin, in, nout, out, idx);
 }
 
@@ -102,7 +80,7 @@ static void attr_ints(tpu_graph_t *g, size_t n, const char *name, size_t cnt, co
 static void io(tpu_graph_t *g, const char *ins, const char *outs) {
   char b1[256], b2[256];
   const char *in[16], *out[16];
-  size_t nin = split(ins, b1, sizeof b1, in), nout = split(outs, b2, sizeof b2, out);
+  size_t nin = tg_split(ins, b1, sizeof b1, in), nout = tg_split(outs, b2, sizeof b2, out);
   CU_ASSERT_FATAL(tpu_graph_set_inputs(g, nin, in) == TPU_OK);
   CU_ASSERT_FATAL(tpu_graph_set_outputs(g, nout, out) == TPU_OK);
 }
@@ -166,7 +144,7 @@ static void test_dtypes(void) {
 }
 
 static void test_builder_errors(void) {
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   int64_t d[9] = {2, 3, 4, 1, 1, 1, 1, 1, 1};
   float data[6] = {0};
   CU_ASSERT(tpu_graph_new(NULL) == TPU_EINVAL);
@@ -257,7 +235,7 @@ static void test_builder_errors(void) {
 }
 
 static void test_overflow(void) {
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   int64_t huge[2] = {(int64_t)1 << 32, (int64_t)1 << 32};
   float one = 0;
   CU_ASSERT(tpu_graph_add_initializer(g, "w", TPU_GRAPH_FP32, 2, huge, &one, 4) == TPU_EOVERFLOW);
@@ -274,7 +252,7 @@ static void test_overflow(void) {
   CU_ASSERT(tpu_graph_infer(g, 0) == TPU_EINVAL);
   tpu_graph_free(g);
   /* An intermediate shape that overflows: Unsqueeze is cheap, Gather multiplies. */
-  g = mk();
+  g = tg_new();
   input(g, "ids", TPU_GRAPH_INT64, 2, (int64_t)B, (int64_t)1 << 30);
   init_f(g, "emb", 2, (int64_t)2, (int64_t)1);
   input(g, "big", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)1 << 30);
@@ -288,7 +266,7 @@ static void test_overflow(void) {
 /* ---- validation ---- */
 
 static void test_validation(void) {
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)4);
   nd(g, "n1", "Add", 13, "x,ghost", "y");
   io(g, "x", "y");
@@ -298,7 +276,7 @@ static void test_validation(void) {
   tpu_graph_free(g);
 
   /* A cycle b → c → d → b behind a valid node a. */
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 1, (int64_t)4);
   nd(g, "a", "Relu", 13, "x", "t0");
   nd(g, "b", "Add", 13, "t0,t3", "t1");
@@ -313,7 +291,7 @@ static void test_validation(void) {
   tpu_graph_free(g);
 
   /* A node that reads its own output. */
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 1, (int64_t)4);
   nd(g, NULL, "Add", 13, "x,y", "y");
   io(g, "x", "y");
@@ -322,13 +300,13 @@ static void test_validation(void) {
   tpu_graph_free(g);
 
   /* Outputs: none, or undefined. */
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 1, (int64_t)4);
   nd(g, "a", "Relu", 13, "x", "y");
   CU_ASSERT(tpu_graph_validate(g) == TPU_EINVAL);
   CU_ASSERT(says(g, "no outputs", NULL));
   tpu_graph_free(g);
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 1, (int64_t)4);
   nd(g, "a", "Relu", 13, "x", "y");
   io(g, "x", "y,missing");
@@ -337,7 +315,7 @@ static void test_validation(void) {
   tpu_graph_free(g);
 
   /* Nodes added out of order are sorted; a node writing a graph input is refused. */
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)4);
   size_t c = nd(g, "c", "Relu", 13, "t2", "y");
   size_t b = nd(g, "b", "Relu", 13, "t1", "t2");
@@ -357,7 +335,7 @@ static void test_validation(void) {
   CU_ASSERT(tpu_graph_output(g, 1) == -1);
   tpu_graph_free(g);
 
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 1, (int64_t)4);
   nd(g, "w", "Relu", 13, "x", "x");
   io(g, "x", "x");
@@ -369,7 +347,7 @@ static void test_validation(void) {
 /* ---- inference ---- */
 
 static void test_gemm_matmul(void) {
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)8);
   init_f(g, "w", 2, (int64_t)16, (int64_t)8); /* [N][K], transB */
   init_f(g, "bias", 1, (int64_t)16);
@@ -385,7 +363,7 @@ static void test_gemm_matmul(void) {
   tpu_graph_free(g);
 
   /* K mismatch (no transB) names both shapes; a bias that does not broadcast. */
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)8);
   init_f(g, "w", 2, (int64_t)16, (int64_t)8);
   nd(g, "fc1", "Gemm", 11, "x,w", "y");
@@ -393,7 +371,7 @@ static void test_gemm_matmul(void) {
   CU_ASSERT(tpu_graph_infer(g, 2) == TPU_ESHAPE);
   CU_ASSERT(says(g, "node 'fc1' (Gemm, opset 11)", "'x' [2,8] and B 'w' [16,8]"));
   tpu_graph_free(g);
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)8);
   init_f(g, "w", 2, (int64_t)8, (int64_t)16);
   init_f(g, "c", 1, (int64_t)15);
@@ -404,7 +382,7 @@ static void test_gemm_matmul(void) {
   tpu_graph_free(g);
 
   /* MatMul: 2-D, batched with broadcasting, 1-D on either side. */
-  g = mk();
+  g = tg_new();
   input(g, "a", TPU_GRAPH_FP32, 4, (int64_t)B, (int64_t)1, (int64_t)3, (int64_t)4);
   input(g, "b", TPU_GRAPH_FP32, 3, (int64_t)5, (int64_t)4, (int64_t)6);
   input(g, "v", TPU_GRAPH_FP32, 1, (int64_t)4);
@@ -421,7 +399,7 @@ static void test_gemm_matmul(void) {
   CU_ASSERT(shape_is(g, "y4", TPU_GRAPH_FP32, 3, (int64_t)5, (int64_t)2, (int64_t)6));
   tpu_graph_free(g);
 
-  g = mk();
+  g = tg_new();
   input(g, "a", TPU_GRAPH_FP32, 3, (int64_t)B, (int64_t)3, (int64_t)4);
   input(g, "b", TPU_GRAPH_FP32, 3, (int64_t)3, (int64_t)4, (int64_t)6);
   nd(g, "mm", "MatMul", 13, "a,b", "y");
@@ -434,7 +412,7 @@ static void test_gemm_matmul(void) {
 }
 
 static void test_elementwise(void) {
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 3, (int64_t)B, (int64_t)3, (int64_t)1);
   init_f(g, "r", 1, (int64_t)4);
   init_f(g, "s", 0);
@@ -453,7 +431,7 @@ static void test_elementwise(void) {
   CU_ASSERT(shape_is(g, "w", TPU_GRAPH_FP32, 3, (int64_t)7, (int64_t)3, (int64_t)4));
   tpu_graph_free(g);
 
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)3);
   init_f(g, "r", 1, (int64_t)4);
   nd(g, "sub", "Sub", 13, "x,r", "y");
@@ -463,7 +441,7 @@ static void test_elementwise(void) {
                  "broadcast", NULL));
   tpu_graph_free(g);
 
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 1, (int64_t)3);
   input(g, "i", TPU_GRAPH_INT64, 1, (int64_t)3);
   nd(g, "div", "Div", 13, "x,i", "y");
@@ -477,7 +455,7 @@ static void test_elementwise(void) {
                                       "Clip", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp", "Log",
                                       "Identity"};
   for (size_t u = 0; u < sizeof unary / sizeof unary[0]; u++) {
-    g = mk();
+    g = tg_new();
     input(g, "x", TPU_GRAPH_FP32, 3, (int64_t)B, (int64_t)2, (int64_t)5);
     nd(g, "u", unary[u], 20, "x", "y");
     io(g, "x", "y");
@@ -485,7 +463,7 @@ static void test_elementwise(void) {
     CU_ASSERT(shape_is(g, "y", TPU_GRAPH_FP32, 3, (int64_t)3, (int64_t)2, (int64_t)5));
     tpu_graph_free(g);
   }
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)2);
   init_f(g, "lo", 0);
   init_f(g, "hi", 1, (int64_t)2);
@@ -497,7 +475,7 @@ static void test_elementwise(void) {
   CU_ASSERT(tpu_graph_infer(g, 2) == TPU_ESHAPE);
   CU_ASSERT(says(g, "node 'clip2'", "'hi' (max) must be a scalar, got shape [2]"));
   tpu_graph_free(g);
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)2);
   init_f(g, "lo", 0);
   cast = nd(g, "cast", "Cast", 13, "x", "y");
@@ -508,7 +486,7 @@ static void test_elementwise(void) {
   CU_ASSERT(shape_is(g, "y", TPU_GRAPH_INT64, 2, (int64_t)2, (int64_t)2));
   CU_ASSERT(shape_is(g, "z", TPU_GRAPH_FP32, 2, (int64_t)2, (int64_t)2));
   tpu_graph_free(g);
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_INT32, 1, (int64_t)4);
   nd(g, "sq", "Sqrt", 13, "x", "y");
   io(g, "x", "y");
@@ -518,7 +496,7 @@ static void test_elementwise(void) {
 }
 
 static void test_normalization(void) {
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 3, (int64_t)B, (int64_t)4, (int64_t)6);
   init_f(g, "gamma", 1, (int64_t)6);
   init_f(g, "beta", 1, (int64_t)6);
@@ -537,7 +515,7 @@ static void test_normalization(void) {
   CU_ASSERT(shape_is(g, "b", TPU_GRAPH_FP32, 3, (int64_t)2, (int64_t)4, (int64_t)6));
   tpu_graph_free(g);
 
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)4);
   init_f(g, "c5", 1, (int64_t)5);
   init_f(g, "c4", 1, (int64_t)4);
@@ -548,7 +526,7 @@ static void test_normalization(void) {
                  "expected [4]"));
   tpu_graph_free(g);
 
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)4);
   init_f(g, "g3", 1, (int64_t)3);
   nd(g, "ln", "LayerNormalization", 17, "x,g3", "l");
@@ -558,7 +536,7 @@ static void test_normalization(void) {
   tpu_graph_free(g);
 
   /* Softmax axis must be in [-rank, rank-1]. */
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)4);
   size_t s = nd(g, "sm", "Softmax", 13, "x", "y");
   attr_i(g, s, "axis", 2);
@@ -570,7 +548,7 @@ static void test_normalization(void) {
 
 static void test_reduce_argmax_gather(void) {
   static const int64_t ax1[] = {1}, axneg[] = {-1, 0};
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 3, (int64_t)B, (int64_t)4, (int64_t)6);
   init_i64(g, "axes1", 1, ax1);
   size_t r1 = nd(g, "rm11", "ReduceMean", 11, "x", "a");
@@ -596,7 +574,7 @@ static void test_reduce_argmax_gather(void) {
   tpu_graph_free(g);
 
   /* Axes from a computed tensor are refused: the shape would not be static. */
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)4);
   input(g, "ax", TPU_GRAPH_INT64, 1, (int64_t)1);
   nd(g, "rs", "ReduceSum", 13, "x,ax", "y");
@@ -606,7 +584,7 @@ static void test_reduce_argmax_gather(void) {
   tpu_graph_free(g);
 
   /* Gather: an embedding lookup, INT64 or INT32 ids; float ids refused. */
-  g = mk();
+  g = tg_new();
   input(g, "ids", TPU_GRAPH_INT64, 2, (int64_t)B, (int64_t)4);
   input(g, "ids32", TPU_GRAPH_INT32, 1, (int64_t)B);
   init_f(g, "emb", 2, (int64_t)100, (int64_t)8);
@@ -618,7 +596,7 @@ static void test_reduce_argmax_gather(void) {
   CU_ASSERT(shape_is(g, "y", TPU_GRAPH_FP32, 3, (int64_t)16, (int64_t)4, (int64_t)8));
   CU_ASSERT(shape_is(g, "y2", TPU_GRAPH_FP32, 2, (int64_t)100, (int64_t)16));
   tpu_graph_free(g);
-  g = mk();
+  g = tg_new();
   input(g, "ids", TPU_GRAPH_FP32, 1, (int64_t)B);
   init_f(g, "emb", 2, (int64_t)100, (int64_t)8);
   nd(g, "e", "Gather", 13, "emb,ids", "y");
@@ -631,7 +609,7 @@ static void test_reduce_argmax_gather(void) {
 static void test_movement(void) {
   static const int64_t shape0[] = {0, -1}, shape2[] = {-1, 3, 2}, ax0[] = {0}, ax12[] = {1, -1};
   static const int64_t perm[] = {0, 2, 1};
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 3, (int64_t)B, (int64_t)2, (int64_t)3);
   input(g, "z", TPU_GRAPH_FP32, 3, (int64_t)B, (int64_t)5, (int64_t)3);
   init_i64(g, "s0", 2, shape0);
@@ -682,7 +660,7 @@ static void test_movement(void) {
                         "shape [2,3,0,0] copies dimension 2 (0)",
                         "cannot reshape 'x' [2,6] (12 elements) to [7] (7 elements)"};
   for (int k = 0; k < 4; k++) {
-    g = mk();
+    g = tg_new();
     input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)6);
     init_i64(g, "s", nb[k], bads[k]);
     nd(g, "rs", "Reshape", 13, "x,s", "y");
@@ -691,7 +669,7 @@ static void test_movement(void) {
     CU_ASSERT(says(g, "node 'rs' (Reshape, opset 13)", want[k]));
     tpu_graph_free(g);
   }
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)6);
   init_i64(g, "a", 1, ax12 + 1);
   nd(g, "sq", "Squeeze", 13, "x,a", "y");
@@ -699,7 +677,7 @@ static void test_movement(void) {
   CU_ASSERT(tpu_graph_infer(g, 2) == TPU_ESHAPE);
   CU_ASSERT(says(g, "node 'sq'", "cannot squeeze axis 1 of 'x' [2,6]"));
   tpu_graph_free(g);
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)6);
   input(g, "z", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)5);
   cc = nd(g, "cat", "Concat", 13, "x,z", "y");
@@ -713,7 +691,7 @@ static void test_movement(void) {
 /* How exporters spell "flatten all but the batch": the target shape is computed from Shape. */
 static void test_shape_constant_chain(void) {
   static const int64_t zero = 0, ax0[] = {0}, minus1[] = {-1};
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 3, (int64_t)B, (int64_t)2, (int64_t)3);
   init_i64(g, "m1", 1, minus1);
   nd(g, "shape", "Shape", 13, "x", "s");
@@ -752,7 +730,7 @@ static void test_shape_constant_chain(void) {
 
 static void test_declared_and_unsupported(void) {
   /* A declared output shape (value_info) is checked; -1 there matches anything. */
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)4);
   input(g, "h", TPU_GRAPH_FP32, 2, (int64_t)-1, (int64_t)5);
   nd(g, "r", "Relu", 13, "x", "h");
@@ -763,7 +741,7 @@ static void test_declared_and_unsupported(void) {
                  "declared FP32 [-1,5]", NULL));
   tpu_graph_free(g);
 
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 4, (int64_t)B, (int64_t)3, (int64_t)8, (int64_t)8);
   init_f(g, "w", 4, (int64_t)4, (int64_t)3, (int64_t)3, (int64_t)3);
   nd(g, "conv1", "Conv", 11, "x,w", "y");
@@ -777,7 +755,7 @@ static void test_declared_and_unsupported(void) {
   CU_ASSERT(!info.inferred && info.dims[0] == -1); /* a failed inference leaves nothing */
   tpu_graph_free(g);
 
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 1, (int64_t)B);
   const char *in[] = {"x"}, *out[] = {"y"};
   CU_ASSERT_FATAL(tpu_graph_add_node(g, "fg", "FusedGemm", "com.microsoft", 1, 1, in, 1, out,
@@ -788,7 +766,7 @@ static void test_declared_and_unsupported(void) {
   tpu_graph_free(g);
 
   /* Training-mode BatchNormalization outputs are refused, not silently dropped. */
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)4);
   init_f(g, "c", 1, (int64_t)4);
   nd(g, "bn", "BatchNormalization", 9, "x,c,c,c,c", "y,rm,rv");
@@ -804,7 +782,7 @@ static void test_opset_forms(void) {
   static const int64_t idx5[] = {5};
   tpu_graph_attr_t vf = {.name = "value_float", .type = TPU_GRAPH_ATTR_FLOAT, .f = 2.0f};
   size_t r4, rz, fl, ln, k, c32;
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)6);
   init_i64(g, "s", 2, shape);
   rz = nd(g, "rz", "Reshape", 14, "x,s", "b"); /* allowzero: 0 is a real 0 */
@@ -813,7 +791,7 @@ static void test_opset_forms(void) {
   CU_ASSERT(tpu_graph_infer(g, 1) == TPU_ESHAPE); /* [3,0] holds 0 elements, not 6 */
   CU_ASSERT(says(g, "node 'rz'", "to [3,0] (0 elements)"));
   tpu_graph_free(g);
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)6);
   r4 = nd(g, "r4", "Reshape", 4, "x", "a"); /* before opset 5: the shape attribute */
   attr_ints(g, r4, "shape", 1, two);
@@ -821,7 +799,7 @@ static void test_opset_forms(void) {
   CU_ASSERT(tpu_graph_infer(g, 2) == TPU_ESHAPE);
   CU_ASSERT(says(g, "node 'r4' (Reshape, opset 4)", "to [2] (2 elements)"));
   tpu_graph_free(g);
-  g = mk();
+  g = tg_new();
   input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)6);
   r4 = nd(g, "r4", "Reshape", 4, "x", "a");
   attr_ints(g, r4, "shape", 1, flat);
@@ -864,7 +842,7 @@ static void test_opset_forms(void) {
       {"Reshape", 13, "x,xi", TPU_ENOTSUP, "'xi' (shape) must be a constant"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    g = mk();
+    g = tg_new();
     input(g, "x", TPU_GRAPH_FP32, 2, (int64_t)B, (int64_t)6);
     input(g, "xi", TPU_GRAPH_INT64, 1, (int64_t)2);
     init_i64(g, "i5", 1, idx5);
@@ -894,7 +872,7 @@ static void test_random_graphs(void) {
   enum { NOPS = sizeof ops / sizeof ops[0], NATTRS = sizeof attrs / sizeof attrs[0] };
   int inferred = 0;
   for (int iter = 0; iter < 400; iter++) {
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     char names[32][16];
     size_t nn = 0;
     int64_t d[TPU_GRAPH_MAX_RANK];

@@ -17,37 +17,10 @@
 #include <string.h>
 
 #include "tpu_graph.h"
+#include "graph_test.h"
 #include "tpu_test.h"
 
 #define MAXR TPU_GRAPH_MAX_RANK
-
-static tpu_engine_t *engine(void) {
-  static tpu_engine_t *e;
-  if (!e) CU_ASSERT_FATAL(tpu_engine_create(NULL, &e) == TPU_OK);
-  return e;
-}
-
-static tpu_graph_t *mk(void) {
-  tpu_graph_t *g = NULL;
-  CU_ASSERT_FATAL(tpu_graph_new(&g) == TPU_OK);
-  return g;
-}
-
-/* Splits "a,b,,c" into names (pointers into buf); "" entries are absent optional tensors. */
-static size_t split(const char *list, char *buf, size_t len, const char **names) {
-  size_t n = 0;
-  if (!list || !*list) return 0;
-  snprintf(buf, len, "%s", list);
-  char *p = buf;
-  for (;;) {
-    names[n++] = p;
-    char *comma = strchr(p, ',');
-    if (!comma) break;
-    *comma = 0;
-    p = comma + 1;
-  }
-  return n;
-}
 
 static void tin(tpu_graph_t *g, const char *name, tpu_graph_dtype_t dt, int rank,
                 const int64_t *dims) {
@@ -70,7 +43,7 @@ static size_t tnode(tpu_graph_t *g, const char *op, int opset, const char *ins,
                     const char *outs) {
   char b1[256], b2[256];
   const char *in[16], *out[16];
-  size_t nin = split(ins, b1, sizeof b1, in), nout = split(outs, b2, sizeof b2, out), idx = 0;
+  size_t nin = tg_split(ins, b1, sizeof b1, in), nout = tg_split(outs, b2, sizeof b2, out), idx = 0;
   tpu_status_t st = tpu_graph_add_node(g, "n", op, NULL, opset, nin, in, nout, out, &idx);
   if (st != TPU_OK) fprintf(stderr, "add_node %s: %s\n", op, tpu_graph_error(g));
   CU_ASSERT_FATAL(st == TPU_OK);
@@ -80,7 +53,7 @@ static size_t tnode(tpu_graph_t *g, const char *op, int opset, const char *ins,
 static void set_io(tpu_graph_t *g, const char *ins, const char *outs) {
   char b1[256], b2[256];
   const char *in[16], *out[16];
-  size_t nin = split(ins, b1, sizeof b1, in), nout = split(outs, b2, sizeof b2, out);
+  size_t nin = tg_split(ins, b1, sizeof b1, in), nout = tg_split(outs, b2, sizeof b2, out);
   CU_ASSERT_FATAL(tpu_graph_set_inputs(g, nin, in) == TPU_OK);
   CU_ASSERT_FATAL(tpu_graph_set_outputs(g, nout, out) == TPU_OK);
 }
@@ -102,7 +75,7 @@ static void attr_s(tpu_graph_t *g, size_t n, const char *name, const char *v) {
 
 static tpu_graph_program_t *build(tpu_graph_t *g) {
   tpu_graph_program_t *p = NULL;
-  tpu_status_t st = tpu_graph_compile(g, engine(), 1, NULL, &p);
+  tpu_status_t st = tpu_graph_compile(g, tg_engine(), 1, NULL, &p);
   if (st != TPU_OK) fprintf(stderr, "compile: %s\n", tpu_graph_error(g));
   CU_ASSERT_FATAL(st == TPU_OK && p);
   return p;
@@ -125,7 +98,7 @@ static void run_graph(tpu_graph_t *g, const void *const *in, void *const *out) {
 /* A one-node op over graph inputs "a" (and "b", "c") into "y", with the given dtypes/shapes. */
 static tpu_graph_t *unary_graph(const char *op, int opset, tpu_graph_dtype_t dt, int rank,
                                 const int64_t *dims, size_t *node) {
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tin(g, "a", dt, rank, dims);
   size_t n = tnode(g, op, opset, "a", "y");
   if (node) *node = n;
@@ -180,7 +153,7 @@ static int check_bin_f32(const char *op, int ra, const int64_t *da, int rb, cons
     b[i] = tpu_test_rand_float(-3, 3);
     if (!strcmp(op, "Div") && fabsf(b[i]) < 0.01f) b[i] = 0.5f;
   }
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tin(g, "a", TPU_GRAPH_FP32, ra, da);
   tin(g, "b", TPU_GRAPH_FP32, rb, db);
   tnode(g, op, 13, "a,b", "y");
@@ -265,7 +238,7 @@ static void test_binary_dtypes(void) {
                          {INT32_MAX, 2, 7, 3},
                          {1, -7, -2, INT32_MIN}};
     for (int o = 0; o < 6; o++) {
-      tpu_graph_t *g = mk();
+      tpu_graph_t *g = tg_new();
       tin(g, "a", TPU_GRAPH_INT32, 1, d4);
       tin(g, "b", TPU_GRAPH_INT32, 1, d4);
       tnode(g, ops[o], 14, "a,b", "y");
@@ -281,7 +254,7 @@ static void test_binary_dtypes(void) {
     int64_t wdiv[] = {INT64_MAX / -4, 2, -2, 0};
     int64_t wmul[] = {(int64_t)((uint64_t)INT64_MAX * (uint64_t)-4), 36, -36, 0};
     for (int o = 0; o < 2; o++) {
-      tpu_graph_t *g = mk();
+      tpu_graph_t *g = tg_new();
       tin(g, "a", TPU_GRAPH_INT64, 1, d4);
       tin(g, "b", TPU_GRAPH_INT64, 0, NULL);
       tnode(g, o ? "Mul" : "Div", 14, "a,b", "y");
@@ -299,7 +272,7 @@ static void test_binary_dtypes(void) {
     uint8_t uadd[] = {4, 8, 32, 1}, usub[] = {240, 254, 0, 255}, umul[] = {196, 15, 0, 0};
     static const char *ops[] = {"Add", "Sub", "Mul"};
     for (int o = 0; o < 3; o++) {
-      tpu_graph_t *g = mk();
+      tpu_graph_t *g = tg_new();
       tin(g, "a", TPU_GRAPH_INT8, 1, d4);
       tin(g, "b", TPU_GRAPH_INT8, 1, d4);
       tnode(g, ops[o], 14, "a,b", "y");
@@ -309,7 +282,7 @@ static void test_binary_dtypes(void) {
       run_graph(g, in, out);
       int8_t wsub[] = {126, -127, 0, -8};
       CU_ASSERT(memcmp(y, o == 0 ? wadd : o == 1 ? wsub : wmul, 4) == 0);
-      g = mk();
+      g = tg_new();
       tin(g, "a", TPU_GRAPH_UINT8, 1, d4);
       tin(g, "b", TPU_GRAPH_UINT8, 1, d4);
       tnode(g, ops[o], 14, "a,b", "y");
@@ -324,7 +297,7 @@ static void test_binary_dtypes(void) {
     double a[] = {1.0 / 3, -2.5, 1e300, 0.1}, b[] = {3, 0.5, 1e10, 0.2}, y[4];
     static const char *ops[] = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"};
     for (int o = 0; o < 7; o++) {
-      tpu_graph_t *g = mk();
+      tpu_graph_t *g = tg_new();
       tin(g, "a", TPU_GRAPH_FP64, 1, d4);
       tin(g, "b", TPU_GRAPH_FP64, 1, d4);
       tnode(g, ops[o], 15, "a,b", "y");
@@ -347,7 +320,7 @@ static void test_binary_dtypes(void) {
 static void test_int_div_errors(void) {
   int64_t d3[] = {3};
   {
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     tin(g, "num", TPU_GRAPH_INT32, 1, d3);
     tin(g, "den", TPU_GRAPH_INT32, 1, d3);
     tnode(g, "Div", 14, "num,den", "y");
@@ -371,7 +344,7 @@ static void test_int_div_errors(void) {
     tpu_graph_free(g);
   }
   {
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     int64_t a[] = {INT64_MIN, 5, 6}, m1 = -1;
     tin(g, "num", TPU_GRAPH_INT64, 1, d3);
     tin(g, "den", TPU_GRAPH_INT64, 0, NULL);
@@ -387,7 +360,7 @@ static void test_int_div_errors(void) {
     tpu_graph_free(g);
   }
   { /* constant operands: folded at compile time */
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     int64_t a[] = {4, 5, 6}, z[] = {1, 0, 1};
     tin(g, "x", TPU_GRAPH_INT64, 1, d3);
     tinit(g, "ka", TPU_GRAPH_INT64, 1, d3, a);
@@ -397,7 +370,7 @@ static void test_int_div_errors(void) {
                                        (const char *[]){"y"}, NULL) == TPU_OK);
     set_io(g, "x", "y");
     tpu_graph_program_t *p = NULL;
-    CU_ASSERT(tpu_graph_compile(g, engine(), 1, NULL, &p) == TPU_ERANGE);
+    CU_ASSERT(tpu_graph_compile(g, tg_engine(), 1, NULL, &p) == TPU_ERANGE);
     CU_ASSERT_PTR_NULL(p);
     CU_ASSERT_PTR_NOT_NULL(strstr(tpu_graph_error(g), "'kz'"));
     tpu_graph_free(g);
@@ -410,7 +383,7 @@ static void test_pow(void) {
     float a[] = {1.5f, -2, 0.25f, 3, -0.5f}, y[5];
     int64_t e[] = {2, 3, -2, 0, 5}, two = 2;
     for (int scalar = 0; scalar < 2; scalar++) {
-      tpu_graph_t *g = mk();
+      tpu_graph_t *g = tg_new();
       tin(g, "a", TPU_GRAPH_FP32, 1, d5);
       tin(g, "e", TPU_GRAPH_INT64, scalar ? 0 : 1, d5);
       tnode(g, "Pow", 15, "a,e", "y");
@@ -426,7 +399,7 @@ static void test_pow(void) {
   { /* integer powers: wrap, negative exponents */
     int64_t a[] = {2, -3, 2, 1, -1}, e[] = {62, 3, -1, -5, -3}, y[5];
     int64_t want[] = {(int64_t)1 << 62, -27, 0, 1, -1};
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     tin(g, "a", TPU_GRAPH_INT64, 1, d5);
     tin(g, "e", TPU_GRAPH_INT64, 1, d5);
     tnode(g, "Pow", 15, "a,e", "y");
@@ -446,7 +419,7 @@ static void test_pow(void) {
   { /* INT32 base with INT32 exponent wraps */
     int32_t a[] = {2, 3, -2, 7, 0}, e[] = {31, 2, 31, 1, 0}, y[5];
     int32_t want[] = {INT32_MIN, 9, INT32_MIN, 7, 1};
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     tin(g, "a", TPU_GRAPH_INT32, 1, d5);
     tin(g, "e", TPU_GRAPH_INT32, 1, d5);
     tnode(g, "Pow", 15, "a,e", "y");
@@ -459,7 +432,7 @@ static void test_pow(void) {
   { /* FP64 base, FP32 exponent */
     double a[] = {2, 10, 0.5, 3, 1e-3}, y[5];
     float e[] = {0.5f, -1, 3, 2, 1.5f};
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     tin(g, "a", TPU_GRAPH_FP64, 1, d5);
     tin(g, "e", TPU_GRAPH_FP32, 1, d5);
     tnode(g, "Pow", 15, "a,e", "y");
@@ -470,13 +443,13 @@ static void test_pow(void) {
     for (int i = 0; i < 5; i++) CU_ASSERT(y[i] == pow(a[i], (double)e[i]));
   }
   { /* an FP32 base with a UINT8 exponent is refused, naming the exponent */
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     tin(g, "a", TPU_GRAPH_FP32, 1, d5);
     tin(g, "e8", TPU_GRAPH_UINT8, 1, d5);
     tnode(g, "Pow", 15, "a,e8", "y");
     set_io(g, "a,e8", "y");
     tpu_graph_program_t *p = NULL;
-    CU_ASSERT(tpu_graph_compile(g, engine(), 1, NULL, &p) == TPU_ENOTSUP);
+    CU_ASSERT(tpu_graph_compile(g, tg_engine(), 1, NULL, &p) == TPU_ENOTSUP);
     CU_ASSERT_PTR_NOT_NULL(strstr(tpu_graph_error(g), "'e8' is UINT8"));
     tpu_graph_free(g);
   }
@@ -487,7 +460,7 @@ static void test_max_min_variadic(void) {
   int64_t d23[] = {2, 3}, d3[] = {3}, d21[] = {2, 1};
   float a[] = {1, -5, 3, 0, 8, -1}, b[] = {2, 2, 2}, c[] = {-3, 4}, y[6];
   for (int mx = 0; mx < 2; mx++) {
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     tin(g, "a", TPU_GRAPH_FP32, 2, d23);
     tin(g, "b", TPU_GRAPH_FP32, 1, d3);
     tin(g, "c", TPU_GRAPH_FP32, 2, d21);
@@ -504,7 +477,7 @@ static void test_max_min_variadic(void) {
       }
   }
   { /* one input: a copy */
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     tin(g, "a", TPU_GRAPH_FP32, 2, d23);
     tnode(g, "Max", 13, "a", "y");
     set_io(g, "a", "y");
@@ -516,7 +489,7 @@ static void test_max_min_variadic(void) {
   { /* NaN in either operand wins */
     float p[] = {NAN, 1, 2}, q[] = {0, NAN, 1}, r[3];
     for (int mx = 0; mx < 2; mx++) {
-      tpu_graph_t *g = mk();
+      tpu_graph_t *g = tg_new();
       tin(g, "a", TPU_GRAPH_FP32, 1, d3);
       tin(g, "b", TPU_GRAPH_FP32, 1, d3);
       tnode(g, mx ? "Max" : "Min", 13, "a,b", "y");
@@ -529,7 +502,7 @@ static void test_max_min_variadic(void) {
   }
   { /* INT64 */
     int64_t p[] = {INT64_MIN, 5, -7}, q = -6, r[3];
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     tin(g, "a", TPU_GRAPH_INT64, 1, d3);
     tin(g, "b", TPU_GRAPH_INT64, 0, NULL);
     tnode(g, "Max", 13, "a,b", "y");
@@ -546,7 +519,7 @@ static void test_where(void) {
   int64_t dc[] = {2, 1, 3}, dx[] = {4, 1}, od[] = {2, 4, 3};
   uint8_t cond[] = {1, 0, 1, 0, 0, 1};
   float x[] = {10, 20, 30, 40}, yv = -1, out[24];
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tin(g, "c", TPU_GRAPH_BOOL, 3, dc);
   tin(g, "x", TPU_GRAPH_FP32, 2, dx);
   tin(g, "s", TPU_GRAPH_FP32, 0, NULL);
@@ -564,7 +537,7 @@ static void test_where(void) {
   int64_t a[] = {1, 2, 3}, b[] = {-1, -2, -3}, r[3];
   uint16_t h[] = {0x3c00, 0x4000, 0x4200}, hz[] = {0, 0, 0}, hr[3];
   for (int k = 0; k < 2; k++) {
-    g = mk();
+    g = tg_new();
     tin(g, "c", TPU_GRAPH_BOOL, 1, d3);
     tin(g, "x", k ? TPU_GRAPH_FP16 : TPU_GRAPH_INT64, 1, d3);
     tin(g, "z", k ? TPU_GRAPH_FP16 : TPU_GRAPH_INT64, 1, d3);
@@ -715,7 +688,7 @@ static void test_clip(void) {
       {"a,lo,hi", 1, -1, {-1, -1, -1, -1, -1, -1}},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     tin(g, "a", TPU_GRAPH_FP32, 1, d);
     const char *ins = cases[c].ins;
     int has_lo = strstr(ins, "lo") != NULL, has_hi = strstr(ins, "hi") != NULL;
@@ -734,7 +707,7 @@ static void test_clip(void) {
   { /* INT32 with constant bounds */
     int32_t xi[] = {INT32_MIN, -7, -1, 0, 5, INT32_MAX}, yi[6], lo = -2, hi = 3;
     int32_t want[] = {-2, -2, -1, 0, 3, 3};
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     tin(g, "a", TPU_GRAPH_INT32, 1, d);
     tinit(g, "lo", TPU_GRAPH_INT32, 0, NULL, &lo);
     tinit(g, "hi", TPU_GRAPH_INT32, 0, NULL, &hi);
@@ -748,7 +721,7 @@ static void test_clip(void) {
   { /* integers before opset 11 are refused */
     tpu_graph_t *g = unary_graph("Clip", 6, TPU_GRAPH_INT32, 1, d, NULL);
     tpu_graph_program_t *p = NULL;
-    CU_ASSERT(tpu_graph_compile(g, engine(), 1, NULL, &p) == TPU_ENOTSUP);
+    CU_ASSERT(tpu_graph_compile(g, tg_engine(), 1, NULL, &p) == TPU_ENOTSUP);
     CU_ASSERT_PTR_NOT_NULL(strstr(tpu_graph_error(g), "'a' is INT32"));
     tpu_graph_free(g);
   }
@@ -927,7 +900,7 @@ static void test_identity_dropout(void) {
   float x[] = {1, -2, 3, -4}, y[4];
   {
     uint8_t m[4] = {0};
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     tin(g, "a", TPU_GRAPH_FP32, 2, d);
     float ratio = 0.3f;
     uint8_t no = 0;
@@ -950,7 +923,7 @@ static void test_identity_dropout(void) {
   { /* opset 7: ratio attribute, mask in the data's dtype */
     float m[4] = {0};
     size_t n;
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     tin(g, "a", TPU_GRAPH_FP32, 2, d);
     n = tnode(g, "Dropout", 7, "a", "y,m");
     attr_f(g, n, "ratio", 0.5f);
@@ -962,25 +935,25 @@ static void test_identity_dropout(void) {
     CU_ASSERT(m[0] == 1 && m[3] == 1);
   }
   { /* training_mode known true: refused at compile */
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     uint8_t yes = 1;
     tin(g, "a", TPU_GRAPH_FP32, 2, d);
     tinit(g, "t", TPU_GRAPH_BOOL, 0, NULL, &yes);
     tnode(g, "Dropout", 13, "a,,t", "y");
     set_io(g, "a", "y");
     tpu_graph_program_t *p = NULL;
-    CU_ASSERT(tpu_graph_compile(g, engine(), 1, NULL, &p) == TPU_ENOTSUP);
+    CU_ASSERT(tpu_graph_compile(g, tg_engine(), 1, NULL, &p) == TPU_ENOTSUP);
     CU_ASSERT_PTR_NOT_NULL(strstr(tpu_graph_error(g), "training mode"));
     tpu_graph_free(g);
   }
   { /* training_mode a graph input: refused at compile (inference only) */
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     tin(g, "a", TPU_GRAPH_FP32, 2, d);
     tin(g, "t", TPU_GRAPH_BOOL, 0, NULL);
     tnode(g, "Dropout", 13, "a,,t", "y");
     set_io(g, "a,t", "y");
     tpu_graph_program_t *p = NULL;
-    CU_ASSERT(tpu_graph_compile(g, engine(), 1, NULL, &p) == TPU_ENOTSUP);
+    CU_ASSERT(tpu_graph_compile(g, tg_engine(), 1, NULL, &p) == TPU_ENOTSUP);
     CU_ASSERT_PTR_NULL(p);
     CU_ASSERT_PTR_NOT_NULL(strstr(tpu_graph_error(g), "not a constant"));
     tpu_graph_free(g);
@@ -1002,13 +975,13 @@ static void test_refused_dtypes(void) {
   };
   int64_t d[] = {3};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     tin(g, "xin", cases[c].dt, 1, d);
     if (cases[c].binary > 0) tin(g, "b", cases[c].dt, 1, d);
     tnode(g, cases[c].op, cases[c].opset, cases[c].binary > 0 ? "xin,b" : "xin", "y");
     set_io(g, cases[c].binary > 0 ? "xin,b" : "xin", "y");
     tpu_graph_program_t *p = NULL;
-    tpu_status_t st = tpu_graph_compile(g, engine(), 1, NULL, &p);
+    tpu_status_t st = tpu_graph_compile(g, tg_engine(), 1, NULL, &p);
     if (cases[c].binary < 0) { /* Dropout takes FP16 */
       CU_ASSERT(st == TPU_OK);
       tpu_graph_program_free(p);
@@ -1038,7 +1011,7 @@ static void test_chain_folded(void) {
     sd[j] = tpu_test_rand_float(0.5f, 2);
   }
   int64_t xd[] = {TPU_GRAPH_BATCH, F}, fd[] = {F};
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tin(g, "x", TPU_GRAPH_FP32, 2, xd);
   tinit(g, "mean", TPU_GRAPH_FP32, 1, fd, mean);
   tinit(g, "sd", TPU_GRAPH_FP32, 1, fd, sd);
@@ -1051,7 +1024,7 @@ static void test_chain_folded(void) {
                                      (const char *[]){"y"}, NULL) == TPU_OK);
   set_io(g, "x", "y");
   tpu_graph_program_t *p = NULL;
-  CU_ASSERT_FATAL(tpu_graph_compile(g, engine(), BATCH, NULL, &p) == TPU_OK);
+  CU_ASSERT_FATAL(tpu_graph_compile(g, tg_engine(), BATCH, NULL, &p) == TPU_OK);
   CU_ASSERT_EQUAL(tpu_graph_program_step_count(p), 3);
   const void *in[] = {x};
   void *out[] = {y};

@@ -14,13 +14,8 @@
 #include <string.h>
 
 #include "tpu_graph.h"
+#include "graph_test.h"
 #include "tpu_test.h"
-
-static tpu_engine_t *engine(void) {
-  static tpu_engine_t *e;
-  if (!e) CU_ASSERT_FATAL(tpu_engine_create(NULL, &e) == TPU_OK);
-  return e;
-}
 
 static unsigned seed_state = 12345;
 static float frand(void) { /* [-1, 1) */
@@ -29,12 +24,6 @@ static float frand(void) { /* [-1, 1) */
 }
 static void fill(float *x, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] = frand();
-}
-
-static tpu_graph_t *mk(void) {
-  tpu_graph_t *g = NULL;
-  CU_ASSERT_FATAL(tpu_graph_new(&g) == TPU_OK);
-  return g;
 }
 
 static void input(tpu_graph_t *g, const char *name, int rank, const int64_t *dims) {
@@ -72,7 +61,7 @@ static void io(tpu_graph_t *g, const char *in, const char *out) {
 static tpu_graph_program_t *compile(tpu_graph_t *g, int64_t batch,
                                     const tpu_graph_compile_opts_t *o) {
   tpu_graph_program_t *p = NULL;
-  tpu_status_t st = tpu_graph_compile(g, engine(), batch, o, &p);
+  tpu_status_t st = tpu_graph_compile(g, tg_engine(), batch, o, &p);
   if (st != TPU_OK) fprintf(stderr, "compile: %s\n", tpu_graph_error(g));
   CU_ASSERT_FATAL(st == TPU_OK && p);
   return p;
@@ -96,7 +85,7 @@ static void test_gemm_fused(void) {
   fill(w, N * K);
   fill(c, N);
   fill(x, M * K);
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   int64_t xd[] = {TPU_GRAPH_BATCH, K}, wd[] = {N, K}, cd[] = {N};
   input(g, "x", 2, xd);
   init(g, "W", 2, wd, w, N * K);
@@ -149,7 +138,7 @@ static void test_matmul_add_fused(void) {
       want[i * N + j] = 1 / (1 + exp(-(acc + b[j])));
     }
   for (int pinned = 0; pinned < 2; pinned++) {
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     int64_t xd[] = {TPU_GRAPH_BATCH, M, K}, wd[] = {K, N}, bd[] = {N};
     input(g, "x", 3, xd);
     init(g, "W", 2, wd, w, K * N);
@@ -163,7 +152,7 @@ static void test_matmul_add_fused(void) {
     CU_ASSERT_FATAL(tpu_graph_set_inputs(g, 1, ins) == TPU_OK);
     CU_ASSERT_FATAL(tpu_graph_set_outputs(g, pinned ? 2 : 1, outs) == TPU_OK);
     tpu_graph_program_t *p = NULL;
-    tpu_status_t st = tpu_graph_compile(g, engine(), 2, NULL, &p);
+    tpu_status_t st = tpu_graph_compile(g, tg_engine(), 2, NULL, &p);
     if (st == TPU_ENOTSUP) { /* Add/Sigmoid kernels not built: only the fused form runs */
       CU_ASSERT(pinned);
       tpu_graph_free(g);
@@ -186,7 +175,7 @@ static void test_matmul_tensors(void) {
   float a[12], b[40], y[30];
   fill(a, 12);
   fill(b, 40);
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   int64_t ad[] = {3, 4}, bd[] = {2, 4, 5};
   input(g, "a", 2, ad);
   input(g, "b", 3, bd);
@@ -226,7 +215,7 @@ static void test_folding_and_trans_a(void) {
   fill(w1, 12);
   fill(w2, 6);
   fill(x, 8);
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   int64_t w1d[] = {4, 3}, w2d[] = {3, 2}, xd[] = {4, 2};
   init(g, "w1", 2, w1d, w1, 12);
   init(g, "w2", 2, w2d, w2, 6);
@@ -264,7 +253,7 @@ static void test_precision(void) {
   static float w[L][D * D], x[8 * D], ref[8 * D], y[8 * D];
   for (int l = 0; l < L; l++) fill(w[l], D * D);
   fill(x, 8 * D);
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   int64_t xd[] = {TPU_GRAPH_BATCH, D}, wd[] = {D, D};
   input(g, "x", 2, xd);
   const char *names[] = {"l0", "l1", "l2"};
@@ -305,7 +294,7 @@ static void test_precision(void) {
     tpu_graph_program_free(p);
   }
   tpu_graph_compile_opts_t bad = {.precision = TPU_DTYPE_INT32};
-  CU_ASSERT_EQUAL(tpu_graph_compile(g, engine(), 8, &bad, &p), TPU_EINVAL);
+  CU_ASSERT_EQUAL(tpu_graph_compile(g, tg_engine(), 8, &bad, &p), TPU_EINVAL);
   CU_ASSERT_PTR_NULL(p);
   /* Compiling another batch size leaves the first program valid. */
   tpu_graph_program_t *p8 = compile(g, 8, NULL), *p3 = compile(g, 3, NULL);
@@ -326,7 +315,7 @@ static void test_precision(void) {
   tpu_graph_program_free(p3);
   /* A memory limit below the program's needs is refused. */
   tpu_graph_compile_opts_t lim = {.memory_limit = 64};
-  CU_ASSERT_EQUAL(tpu_graph_compile(g, engine(), 8, &lim, &p), TPU_ERANGE);
+  CU_ASSERT_EQUAL(tpu_graph_compile(g, tg_engine(), 8, &lim, &p), TPU_ERANGE);
   CU_ASSERT_PTR_NOT_NULL(strstr(tpu_graph_error(g), "limit"));
   tpu_graph_free(g);
 }
@@ -342,7 +331,7 @@ static void test_gelu_pattern(void) {
   fill(x, M * K);
   float c_sqrt2 = 1.4142135f, c_one = 1.0f, c_half = 0.5f;
   for (int pinned = 0; pinned < 2; pinned++) {
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     int64_t xd[] = {TPU_GRAPH_BATCH, K}, wd[] = {N, K}, bd[] = {N};
     input(g, "x", 2, xd);
     init(g, "W", 2, wd, w, N * K);
@@ -363,7 +352,7 @@ static void test_gelu_pattern(void) {
     CU_ASSERT_FATAL(tpu_graph_set_inputs(g, 1, ins) == TPU_OK);
     CU_ASSERT_FATAL(tpu_graph_set_outputs(g, pinned ? 2 : 1, outs) == TPU_OK);
     tpu_graph_program_t *p = NULL;
-    tpu_status_t st = tpu_graph_compile(g, engine(), M, NULL, &p);
+    tpu_status_t st = tpu_graph_compile(g, tg_engine(), M, NULL, &p);
     CU_ASSERT_FATAL(st == TPU_OK);
     CU_ASSERT_EQUAL(tpu_graph_program_step_count(p), pinned ? 6u : 1u);
     char desc[1024];
@@ -404,7 +393,7 @@ static void test_batchnorm_fold(void) {
   fill(mu, N);
   fill(var, N);
   for (int j = 0; j < N; j++) var[j] = var[j] * var[j] + 0.1f;
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   int64_t xd[] = {TPU_GRAPH_BATCH, K}, wd[] = {N, K}, bd[] = {N};
   input(g, "x", 2, xd);
   init(g, "W", 2, wd, w, N * K);
@@ -458,7 +447,7 @@ static void test_batchnorm_not_folded_across_rank(void) {
   fill(mu, 4);
   fill(var, 4);
   for (int j = 0; j < 4; j++) var[j] = var[j] * var[j] + 0.5f;
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   int64_t xd[] = {4, 3}, wd[] = {3, 4}, bd[] = {1, 1, 4}, cd[] = {4};
   input(g, "x", 2, xd);
   init(g, "W", 2, wd, w, 12);
@@ -523,7 +512,7 @@ static void test_int8_smoothing(void) {
   fill(x, R * KK);
   for (int i = 0; i < R * KK; i++) x[i] *= (i % KK) < 8 ? 0.05f : 2500.0f; /* two scales */
   for (int i = 0; i < KK * NN; i++) w[i] *= (i / NN) < 8 ? 1000.0f : 0.02f; /* both matter */
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   int64_t xd[] = {TPU_GRAPH_BATCH, KK}, wd[] = {KK, NN};
   input(g, "x", 2, xd);
   init(g, "W", 2, wd, w, KK * NN);
@@ -575,7 +564,7 @@ static void test_int8_smoothing(void) {
 
 static void test_arguments(void) {
   tpu_graph_program_t *p = (tpu_graph_program_t *)&p;
-  CU_ASSERT_EQUAL(tpu_graph_compile(NULL, engine(), 1, NULL, &p), TPU_EINVAL);
+  CU_ASSERT_EQUAL(tpu_graph_compile(NULL, tg_engine(), 1, NULL, &p), TPU_EINVAL);
   CU_ASSERT_PTR_NULL(p);
   CU_ASSERT_EQUAL(tpu_graph_program_run(NULL, NULL, NULL), TPU_EINVAL);
   CU_ASSERT_EQUAL(tpu_graph_program_step_count(NULL), 0);

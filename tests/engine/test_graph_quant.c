@@ -21,35 +21,8 @@
 #include <string.h>
 
 #include "tpu_graph.h"
+#include "graph_test.h"
 #include "tpu_test.h"
-
-static tpu_engine_t *engine(void) {
-  static tpu_engine_t *e;
-  if (!e) CU_ASSERT_FATAL(tpu_engine_create(NULL, &e) == TPU_OK);
-  return e;
-}
-
-static tpu_graph_t *mk(void) {
-  tpu_graph_t *g = NULL;
-  CU_ASSERT_FATAL(tpu_graph_new(&g) == TPU_OK);
-  return g;
-}
-
-/* Splits "a,b,,c" into names (pointers into buf); "" entries are absent optional tensors. */
-static size_t split(const char *list, char *buf, size_t len, const char **names) {
-  size_t n = 0;
-  if (!list || !*list) return 0;
-  snprintf(buf, len, "%s", list);
-  char *p = buf;
-  for (;;) {
-    names[n++] = p;
-    char *comma = strchr(p, ',');
-    if (!comma) break;
-    *comma = 0;
-    p = comma + 1;
-  }
-  return n;
-}
 
 static size_t count(int rank, const int64_t *dims) {
   size_t n = 1;
@@ -72,7 +45,7 @@ static size_t tnode(tpu_graph_t *g, const char *op, int opset, const char *ins,
                     const char *outs) {
   char b1[256], b2[256];
   const char *in[16], *out[16];
-  size_t nin = split(ins, b1, sizeof b1, in), nout = split(outs, b2, sizeof b2, out), idx = 0;
+  size_t nin = tg_split(ins, b1, sizeof b1, in), nout = tg_split(outs, b2, sizeof b2, out), idx = 0;
   tpu_status_t st = tpu_graph_add_node(g, "q", op, NULL, opset, nin, in, nout, out, &idx);
   if (st != TPU_OK) fprintf(stderr, "add_node %s: %s\n", op, tpu_graph_error(g));
   CU_ASSERT_FATAL(st == TPU_OK);
@@ -82,7 +55,7 @@ static size_t tnode(tpu_graph_t *g, const char *op, int opset, const char *ins,
 static void set_io(tpu_graph_t *g, const char *ins, const char *outs) {
   char b1[256], b2[256];
   const char *in[16], *out[16];
-  size_t nin = split(ins, b1, sizeof b1, in), nout = split(outs, b2, sizeof b2, out);
+  size_t nin = tg_split(ins, b1, sizeof b1, in), nout = tg_split(outs, b2, sizeof b2, out);
   CU_ASSERT_FATAL(tpu_graph_set_inputs(g, nin, in) == TPU_OK);
   CU_ASSERT_FATAL(tpu_graph_set_outputs(g, nout, out) == TPU_OK);
 }
@@ -95,7 +68,7 @@ static void attr_i(tpu_graph_t *g, size_t n, const char *name, int64_t v) {
 /* Compiles, runs once and frees a graph. */
 static void run_graph(tpu_graph_t *g, const void *const *in, void *const *out) {
   tpu_graph_program_t *p = NULL;
-  tpu_status_t st = tpu_graph_compile(g, engine(), 1, NULL, &p);
+  tpu_status_t st = tpu_graph_compile(g, tg_engine(), 1, NULL, &p);
   if (st != TPU_OK) fprintf(stderr, "compile: %s\n", tpu_graph_error(g));
   CU_ASSERT_FATAL(st == TPU_OK && p);
   st = tpu_graph_program_run(p, in, out);
@@ -108,7 +81,7 @@ static void run_graph(tpu_graph_t *g, const void *const *in, void *const *out) {
 /* Compiling g must fail with st and a message containing `has`; frees g. */
 static void compile_fails(tpu_graph_t *g, tpu_status_t want, const char *has) {
   tpu_graph_program_t *p = NULL;
-  tpu_status_t st = tpu_graph_compile(g, engine(), 1, NULL, &p);
+  tpu_status_t st = tpu_graph_compile(g, tg_engine(), 1, NULL, &p);
   if (st != want || !strstr(tpu_graph_error(g), has))
     fprintf(stderr, "compile: %s (%s), expected %s with '%s'\n", tpu_strerror(st),
             tpu_graph_error(g), tpu_strerror(want), has);
@@ -167,7 +140,7 @@ static void test_reference_rounding(void) {
  * (UNDEFINED: no zero point input) at opset `opset`; checks every element against ref_q. */
 static void check_quantize_scalar(const float *x, size_t n, float s, int zp,
                                   tpu_graph_dtype_t zdt, int opset) {
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   int64_t d = (int64_t)n;
   tin(g, "x", TPU_GRAPH_FP32, 1, &d);
   tinit(g, "s", TPU_GRAPH_FP32, 0, NULL, &s);
@@ -211,7 +184,7 @@ static void test_quantize_ties_saturation(void) {
   /* The ties the formula gives, by hand, so the oracle cannot drift: 2.5 → 2, -2.5 → -2,
    * 1.5 → 2, 5.5 → 6 (zero point 0, INT8). */
   const float t[] = {1.25f, -1.25f, 0.75f, 2.75f};
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   int64_t d = 4;
   float s = 0.5f;
   int8_t z = 0;
@@ -227,7 +200,7 @@ static void test_quantize_ties_saturation(void) {
 
 static void test_quantize_int32_input(void) {
   const int32_t x[] = {5, -5, 7, 9, -9, 1000, -1000, 3, 0};
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   int64_t d = 9;
   float s = 2.0f;
   uint8_t z = 100;
@@ -254,7 +227,7 @@ static void check_quantize_axis(int64_t axis) {
     s[i] = ldexpf(1.0f, i - 2); /* 0.25, 0.5, 1, 2 */
     z[i] = (int8_t)(i * 5 - 4);
   }
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tin(g, "x", TPU_GRAPH_FP32, 3, dims);
   tinit(g, "s", TPU_GRAPH_FP32, 1, &len, s);
   tinit(g, "z", TPU_GRAPH_INT8, 1, &len, z);
@@ -290,7 +263,7 @@ static void test_quantize_blocked(void) {
     s[i] = ldexpf(1.0f, (i % 3) - 1);
     z[i] = (uint8_t)(10 * i);
   }
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tin(g, "x", TPU_GRAPH_FP32, 2, xd);
   tinit(g, "s", TPU_GRAPH_FP32, 2, sd, s);
   tinit(g, "z", TPU_GRAPH_UINT8, 2, sd, z);
@@ -318,7 +291,7 @@ static void test_quantize_random(void) {
     s[j] = tpu_test_rand_float(0.01f, 0.5f);
     z[j] = (uint8_t)tpu_test_rand_range(0, 255);
   }
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tin(g, "x", TPU_GRAPH_FP32, 2, dims);
   tinit(g, "s", TPU_GRAPH_FP32, 1, &len, s);
   tinit(g, "z", TPU_GRAPH_UINT8, 1, &len, z);
@@ -346,7 +319,7 @@ static void test_dequantize(void) {
   const int8_t xi[] = {-128, -127, -1, 0, 1, 5, 126, 127};
   const uint8_t xu[] = {0, 1, 127, 128, 129, 200, 254, 255};
   for (int signed_ = 0; signed_ < 2; signed_++) {
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     int64_t d = 8;
     float s = 0.1f;
     int8_t zi = -7;
@@ -367,7 +340,7 @@ static void test_dequantize(void) {
   /* INT32 input without a zero point (values below 2^24: exact in float). */
   {
     const int32_t x[] = {-16777215, -3, 0, 7, 123456, 16777215};
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     int64_t d = 6;
     float s = 0.0625f;
     tin(g, "x", TPU_GRAPH_INT32, 1, &d);
@@ -384,7 +357,7 @@ static void test_dequantize(void) {
     const uint8_t x[] = {0, 255, 10, 20, 128, 129};
     const float s[] = {0.5f, 0.3f, 3.0f};
     const uint8_t z[] = {1, 15, 128};
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     tin(g, "x", TPU_GRAPH_UINT8, 2, dims);
     tinit(g, "s", TPU_GRAPH_FP32, 1, &len, s);
     tinit(g, "z", TPU_GRAPH_UINT8, 1, &len, z);
@@ -402,7 +375,7 @@ static void test_dequantize(void) {
 
 /* Runs it on x and checks scale, zero point and y against the formula. */
 static void check_dynamic(const float *x, size_t n) {
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   int64_t d = (int64_t)n;
   tin(g, "x", TPU_GRAPH_FP32, 1, &d);
   tnode(g, "DynamicQuantizeLinear", 11, "x", "y,ys,yz");
@@ -543,7 +516,7 @@ static void check_qmm(const mmi_case_t *c, int qlinear, int dyadic, int b_const)
   tpu_graph_dtype_t adt = c->a_signed ? TPU_GRAPH_INT8 : TPU_GRAPH_UINT8;
   tpu_graph_dtype_t bdt = c->b_signed ? TPU_GRAPH_INT8 : TPU_GRAPH_UINT8;
   tpu_graph_dtype_t ydt = y_signed ? TPU_GRAPH_INT8 : TPU_GRAPH_UINT8;
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tin(g, "a", adt, c->ra, c->ad);
   if (b_const)
     tinit(g, "b", bdt, c->rb, c->bd, b);
@@ -565,7 +538,7 @@ static void check_qmm(const mmi_case_t *c, int qlinear, int dyadic, int b_const)
   }
   set_io(g, b_const ? "a" : "a,b", "y");
   tpu_graph_program_t *p = NULL;
-  tpu_status_t st = tpu_graph_compile(g, engine(), 1, NULL, &p);
+  tpu_status_t st = tpu_graph_compile(g, tg_engine(), 1, NULL, &p);
   if (st != TPU_OK) fprintf(stderr, "compile: %s\n", tpu_graph_error(g));
   CU_ASSERT_FATAL(st == TPU_OK);
   char desc[512];
@@ -662,7 +635,7 @@ static void test_qlinear_matmul_ties(void) {
   const uint8_t b = 1;
   const float sa = 0.5f, sb = 1.0f, sy = 1.0f;
   const int8_t zy = -1;
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tin(g, "a", TPU_GRAPH_UINT8, 2, ad);
   tinit(g, "sa", TPU_GRAPH_FP32, 0, NULL, &sa);
   tinit(g, "za", TPU_GRAPH_UINT8, 0, NULL, &za);
@@ -688,21 +661,21 @@ static void test_errors(void) {
   float s3[3] = {1, 1, 1}, s1 = 1;
   int32_t z32 = 0;
   /* Per-axis scale of the wrong length. */
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tin(g, "x", TPU_GRAPH_FP32, 2, d2);
   tinit(g, "s", TPU_GRAPH_FP32, 1, &d3, s3);
   tnode(g, "QuantizeLinear", 13, "x,s", "y");
   set_io(g, "x", "y");
   compile_fails(g, TPU_ESHAPE, "1-D of 4 elements");
   /* Per-axis scales before opset 13. */
-  g = mk();
+  g = tg_new();
   tin(g, "x", TPU_GRAPH_FP32, 1, &d3);
   tinit(g, "s", TPU_GRAPH_FP32, 1, &d3, s3);
   tnode(g, "QuantizeLinear", 10, "x,s", "y");
   set_io(g, "x", "y");
   compile_fails(g, TPU_ESHAPE, "before opset 13");
   /* An INT32 zero point. */
-  g = mk();
+  g = tg_new();
   tin(g, "x", TPU_GRAPH_FP32, 1, &d4);
   tinit(g, "s", TPU_GRAPH_FP32, 0, NULL, &s1);
   tinit(g, "z", TPU_GRAPH_INT32, 0, NULL, &z32);
@@ -710,14 +683,14 @@ static void test_errors(void) {
   set_io(g, "x", "y");
   compile_fails(g, TPU_EDTYPE, "expected INT8 or UINT8");
   /* MatMulInteger of floats. */
-  g = mk();
+  g = tg_new();
   tin(g, "a", TPU_GRAPH_FP32, 2, d2);
   tin(g, "b", TPU_GRAPH_FP32, 2, (int64_t[]){4, 2});
   tnode(g, "MatMulInteger", 10, "a,b", "y");
   set_io(g, "a,b", "y");
   compile_fails(g, TPU_EDTYPE, "input 'a' (A) is FP32");
   /* MatMulInteger with a zero point of the wrong length. */
-  g = mk();
+  g = tg_new();
   tin(g, "a", TPU_GRAPH_UINT8, 2, d2);
   tin(g, "b", TPU_GRAPH_UINT8, 2, (int64_t[]){4, 2});
   tinit(g, "za", TPU_GRAPH_UINT8, 1, &d3, (uint8_t[]){1, 2, 3});
@@ -725,14 +698,14 @@ static void test_errors(void) {
   set_io(g, "a,b", "y");
   compile_fails(g, TPU_ESHAPE, "a_zero_point 'za' [3]");
   /* MatMulInteger disagreeing on K. */
-  g = mk();
+  g = tg_new();
   tin(g, "a", TPU_GRAPH_INT8, 2, d2);
   tin(g, "b", TPU_GRAPH_INT8, 2, (int64_t[]){3, 2});
   tnode(g, "MatMulInteger", 10, "a,b", "y");
   set_io(g, "a,b", "y");
   compile_fails(g, TPU_ESHAPE, "disagree on K");
   /* QLinearMatMul with a per-row y_scale. */
-  g = mk();
+  g = tg_new();
   uint8_t z2[2] = {0, 0}, z0 = 0;
   float s2[2] = {1, 1};
   tin(g, "a", TPU_GRAPH_UINT8, 2, (int64_t[]){2, 2});
@@ -747,7 +720,7 @@ static void test_errors(void) {
   set_io(g, "a,b", "y");
   compile_fails(g, TPU_ESHAPE, "y_scale 'sy' [2] must be a scalar");
   /* DequantizeLinear to FP16 (opset 19 scale type): inferred, refused by the kernel. */
-  g = mk();
+  g = tg_new();
   uint16_t h = 0x3c00; /* 1.0 */
   tin(g, "x", TPU_GRAPH_INT8, 1, &d4);
   tinit(g, "s", TPU_GRAPH_FP16, 0, NULL, &h);
@@ -762,7 +735,7 @@ static void test_folded_chain(void) {
   int64_t d = 6;
   float s = 0.25f, one = 1.0f;
   int8_t z = 2;
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tinit(g, "w", TPU_GRAPH_FP32, 1, &d, w);
   tinit(g, "s", TPU_GRAPH_FP32, 0, NULL, &s);
   tinit(g, "z", TPU_GRAPH_INT8, 0, NULL, &z);
@@ -779,7 +752,7 @@ static void test_folded_chain(void) {
                                      NULL) == TPU_OK);
   set_io(g, "x", "y");
   tpu_graph_program_t *p = NULL;
-  CU_ASSERT_FATAL(tpu_graph_compile(g, engine(), 1, NULL, &p) == TPU_OK);
+  CU_ASSERT_FATAL(tpu_graph_compile(g, tg_engine(), 1, NULL, &p) == TPU_OK);
   CU_ASSERT_EQUAL(tpu_graph_program_step_count(p), 1); /* only the Add runs */
   float x[6] = {0}, y[6];
   CU_ASSERT_FATAL(tpu_graph_program_run(p, (const void *[]){x}, (void *[]){y}) == TPU_OK);

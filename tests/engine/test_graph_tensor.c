@@ -17,6 +17,7 @@
 
 #include "tpu_engine.h"
 #include "tpu_graph.h"
+#include "graph_test.h"
 #include "tpu_test.h"
 /* The kernel contract, for calling the Constant and Shape kernels directly: the compiler takes
  * their values from inference and never runs them as steps. */
@@ -24,39 +25,11 @@
 
 /* ---- building and running ---- */
 
-static tpu_engine_t *engine(void) {
-  static tpu_engine_t *e;
-  if (!e) CU_ASSERT_FATAL(tpu_engine_create(NULL, &e) == TPU_OK);
-  return e;
-}
-
-static tpu_graph_t *mk(void) {
-  tpu_graph_t *g = NULL;
-  CU_ASSERT_FATAL(tpu_graph_new(&g) == TPU_OK && g);
-  return g;
-}
-
-/* Splits "a,b,,c" into names (pointers into buf). */
-static size_t split(const char *list, char *buf, size_t len, const char **names) {
-  size_t n = 0;
-  if (!list || !*list) return 0;
-  snprintf(buf, len, "%s", list);
-  char *p = buf;
-  for (;;) {
-    names[n++] = p;
-    char *comma = strchr(p, ',');
-    if (!comma) break;
-    *comma = 0;
-    p = comma + 1;
-  }
-  return n;
-}
-
 /* Adds a node that must succeed; returns its index. */
 static size_t nd(tpu_graph_t *g, const char *op, int opset, const char *ins, const char *outs) {
   char b1[256], b2[256];
   const char *in[16], *out[16];
-  size_t nin = split(ins, b1, sizeof b1, in), nout = split(outs, b2, sizeof b2, out), idx = 0;
+  size_t nin = tg_split(ins, b1, sizeof b1, in), nout = tg_split(outs, b2, sizeof b2, out), idx = 0;
   tpu_status_t st = tpu_graph_add_node(g, op, op, NULL, opset, nin, in, nout, out, &idx);
   if (st != TPU_OK) fprintf(stderr, "add_node %s: %s\n", op, tpu_graph_error(g));
   CU_ASSERT_FATAL(st == TPU_OK);
@@ -98,7 +71,7 @@ static void init_f32(tpu_graph_t *g, const char *name, int rank, const int64_t *
 static void io(tpu_graph_t *g, const char *ins, const char *outs) {
   char b1[256], b2[256];
   const char *in[16], *out[16];
-  size_t nin = split(ins, b1, sizeof b1, in), nout = split(outs, b2, sizeof b2, out);
+  size_t nin = tg_split(ins, b1, sizeof b1, in), nout = tg_split(outs, b2, sizeof b2, out);
   CU_ASSERT_FATAL(tpu_graph_set_inputs(g, nin, in) == TPU_OK);
   CU_ASSERT_FATAL(tpu_graph_set_outputs(g, nout, out) == TPU_OK);
 }
@@ -106,7 +79,7 @@ static void io(tpu_graph_t *g, const char *ins, const char *outs) {
 /* Compiles g for batch 1 (failing the test on error). */
 static tpu_graph_program_t *compile(tpu_graph_t *g) {
   tpu_graph_program_t *p = NULL;
-  tpu_status_t st = tpu_graph_compile(g, engine(), 1, NULL, &p);
+  tpu_status_t st = tpu_graph_compile(g, tg_engine(), 1, NULL, &p);
   if (st != TPU_OK) fprintf(stderr, "compile: %s\n", tpu_graph_error(g));
   CU_ASSERT_FATAL(st == TPU_OK && p);
   return p;
@@ -167,7 +140,7 @@ static void softmax_case(const char *op, int opset, int64_t axis, size_t outer, 
   int64_t d[3] = {2, 3, 4};
   float x[24], y[24];
   double want[24];
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tensor(g, "x", TPU_GRAPH_FP32, 3, d);
   size_t k = nd(g, op, opset, "x", "y");
   if (axis < 99) attr_i(g, k, "axis", axis);
@@ -202,7 +175,7 @@ static void test_softmax_large_and_dtype(void) {
   int64_t d[2] = {3, 5};
   float x[15], y[15];
   double want[15];
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tensor(g, "x", TPU_GRAPH_FP32, 2, d);
   nd(g, "Softmax", 13, "x", "y");
   io(g, "x", "y");
@@ -217,12 +190,12 @@ static void test_softmax_large_and_dtype(void) {
   tpu_graph_free(g);
 
   /* FP16 passes inference (a float type) but this kernel refuses it, naming the input. */
-  g = mk();
+  g = tg_new();
   tensor(g, "h", TPU_GRAPH_FP16, 2, d);
   nd(g, "Softmax", 13, "h", "y");
   io(g, "h", "y");
   p = NULL;
-  CU_ASSERT(tpu_graph_compile(g, engine(), 1, NULL, &p) == TPU_ENOTSUP);
+  CU_ASSERT(tpu_graph_compile(g, tg_engine(), 1, NULL, &p) == TPU_ENOTSUP);
   CU_ASSERT(strstr(tpu_graph_error(g), "'h'") != NULL);
   CU_ASSERT(strstr(tpu_graph_error(g), "FP16") != NULL);
   tpu_graph_program_free(p);
@@ -242,7 +215,7 @@ static void layernorm_case(int with_b, int axis, int with_stats) {
   fill(x, N, -3, 5);
   fill(sc, n, 0.5f, 2);
   fill(b, n, -1, 1);
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tensor(g, "x", TPU_GRAPH_FP32, 3, d);
   init_f32(g, "scale", 3 - nax, d + nax, sc, n);
   if (with_b) init_f32(g, "bias", 3 - nax, d + nax, b, n);
@@ -293,7 +266,7 @@ static void test_layernorm_broadcast_scale(void) {
   fill(x, 24, -2, 2);
   fill(sc, 4, 0.5f, 1.5f);
   fill(b, 4, -1, 1);
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tensor(g, "x", TPU_GRAPH_FP32, 3, d);
   init_f32(g, "scale", 2, ds, sc, 4);
   init_f32(g, "bias", 1, db, b, 4);
@@ -325,7 +298,7 @@ static void test_batchnorm(void) {
   fill(b, 3, -1, 1);
   fill(mu, 3, -1, 1);
   fill(var, 3, 0.1f, 3);
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tensor(g, "x", TPU_GRAPH_FP32, 4, d);
   init_f32(g, "s", 1, dc, sc, 3);
   init_f32(g, "b", 1, dc, b, 3);
@@ -381,7 +354,7 @@ static void reduce_case(int kind, int opset, const int64_t *axes, size_t na, int
   int64_t d[3] = {2, 3, 4};
   float x[24], y[24];
   double want[24];
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tensor(g, "x", TPU_GRAPH_FP32, 3, d);
   if (from_input && na) init_i64(g, "axes", na, axes);
   size_t k = nd(g, ops[kind], opset, from_input && na ? "x,axes" : "x", "y");
@@ -427,7 +400,7 @@ static void test_reduce_noop_and_int(void) {
   int64_t d[2] = {3, 4};
   float x[12], y[12];
   double want[12];
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tensor(g, "x", TPU_GRAPH_FP32, 2, d);
   size_t k = nd(g, "ReduceSum", 13, "x", "y");
   attr_i(g, k, "noop_with_empty_axes", 1);
@@ -447,7 +420,7 @@ static void test_reduce_noop_and_int(void) {
   int64_t xi[12], ys[3], ym[3];
   for (size_t i = 0; i < 12; i++) xi[i] = tpu_test_rand_range(-1000, 1000);
   const int64_t ax[1] = {1};
-  g = mk();
+  g = tg_new();
   tensor(g, "x", TPU_GRAPH_INT64, 2, d);
   init_i64(g, "axes", 1, ax);
   k = nd(g, "ReduceSum", 13, "x,axes", "s");
@@ -483,7 +456,7 @@ static void test_argmax(void) {
   int64_t y1[3], y2[3], y3[5];
   for (size_t i = 0; i < 15; i++) x[i] = (float)tpu_test_rand_range(0, 2);
   x[1] = x[3] = 7; /* row 0 surely has a tie at the top: first 1, last 3 */
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tensor(g, "x", TPU_GRAPH_FP32, 2, d);
   size_t k = nd(g, "ArgMax", 13, "x", "first");
   attr_i(g, k, "axis", 1);
@@ -530,7 +503,7 @@ static void test_gather_axis0_negative(void) {
   float x[15], y[12];
   int64_t idx[4] = {0, -1, 3, -5};
   fill(x, 15, -1, 1);
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tensor(g, "data", TPU_GRAPH_FP32, 2, d);
   tensor(g, "ids", TPU_GRAPH_INT64, 2, di);
   nd(g, "Gather", 13, "data,ids", "y");
@@ -570,7 +543,7 @@ static void test_gather_axis1(void) {
   int64_t d[3] = {2, 4, 3}, di[1] = {3};
   int32_t x[24], y[18], idx[3] = {3, -4, -2};
   for (size_t i = 0; i < 24; i++) x[i] = (int32_t)tpu_test_rand_range(-99999, 99999);
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tensor(g, "data", TPU_GRAPH_INT32, 3, d);
   tensor(g, "ids", TPU_GRAPH_INT32, 1, di);
   size_t k = nd(g, "Gather", 13, "data,ids", "y");
@@ -604,7 +577,7 @@ static void transpose_case(const int64_t *perm) {
   for (size_t i = 0; i < 24; i++) x[i] = (float)i + tpu_test_rand_float(0, 0.5f);
   int64_t pm[3] = {2, 1, 0}; /* the default reverses */
   if (perm) memcpy(pm, perm, sizeof pm);
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tensor(g, "x", TPU_GRAPH_FP32, 3, d);
   size_t k = nd(g, "Transpose", 13, "x", "y");
   if (perm) attr_ints(g, k, "perm", 3, perm);
@@ -638,7 +611,7 @@ static void test_transpose(void) {
   int64_t d[4] = {2, 1, 3, 2}, perm[4] = {3, 0, 2, 1};
   int8_t x[12], y[12];
   for (int i = 0; i < 12; i++) x[i] = (int8_t)(i * 7 - 40);
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tensor(g, "x", TPU_GRAPH_INT8, 4, d);
   size_t k = nd(g, "Transpose", 13, "x", "y");
   attr_ints(g, k, "perm", 4, perm);
@@ -662,7 +635,7 @@ static void test_concat(void) {
   fill(a, 6, -1, 1);
   fill(b, 12, -1, 1);
   fill(c, 18, -1, 1);
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tensor(g, "a", TPU_GRAPH_FP32, 3, da);
   tensor(g, "b", TPU_GRAPH_FP32, 3, db);
   tensor(g, "c", TPU_GRAPH_FP32, 3, dc);
@@ -689,7 +662,7 @@ static void shape_case(int opset, int has_start, int64_t start, int has_end, int
                        int64_t lo, int64_t hi) {
   int64_t d[4] = {2, 3, 5, 7}, y[4] = {-1, -1, -1, -1};
   float x[210] = {0};
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tensor(g, "x", TPU_GRAPH_FP32, 4, d);
   size_t k = nd(g, "Shape", opset, "x", "y");
   if (has_start) attr_i(g, k, "start", start);
@@ -721,7 +694,7 @@ static void test_moves_and_constant(void) {
   double x[24], y[30], cv[6];
   for (size_t i = 0; i < 24; i++) x[i] = tpu_test_rand_float(-9, 9);
   for (size_t i = 0; i < 6; i++) cv[i] = (double)i / 3.0;
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tensor(g, "x", TPU_GRAPH_FP64, 3, d);
   init_i64(g, "shape", 2, shape);
   init_i64(g, "zero", 1, zero);
@@ -749,7 +722,7 @@ static void test_moves_and_constant(void) {
   tpu_graph_free(g);
 
   /* value_ints and value_float constants as graph outputs. */
-  g = mk();
+  g = tg_new();
   tensor(g, "x", TPU_GRAPH_FP32, 1, shape);
   k = nd(g, "Constant", 13, "", "ci");
   attr_ints(g, k, "value_ints", 2, shape);
@@ -818,7 +791,7 @@ static void test_random_shapes(void) {
     double *ws = calloc(nr, sizeof *ws), *wm = malloc(nr * sizeof *wm), *wx = malloc(n * 8);
     CU_ASSERT_FATAL(x && yt && ys && ym && yx && ws && wm && wx);
     fill(x, n, -4, 4);
-    tpu_graph_t *g = mk();
+    tpu_graph_t *g = tg_new();
     tensor(g, "x", TPU_GRAPH_FP32, rank, d);
     size_t k = nd(g, "Transpose", 13, "x", "t");
     attr_ints(g, k, "perm", (size_t)rank, perm);
@@ -879,7 +852,7 @@ static void test_fp64_int32(void) {
   for (size_t i = 0; i < 18; i++) xi[i] = (int32_t)tpu_test_rand_range(-50, 50);
   xi[2] = xi[4] = 99; /* a tie in row 0 */
   const int64_t ax1[1] = {1};
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tensor(g, "x", TPU_GRAPH_FP64, 2, d);
   tensor(g, "xi", TPU_GRAPH_INT32, 2, d);
   CU_ASSERT_FATAL(tpu_graph_add_initializer(g, "sc", TPU_GRAPH_FP64, 1, dn, sc, sizeof sc) ==
@@ -957,7 +930,7 @@ static void run_kernel(tpu_graph_t *g, size_t node, tpu__xt_t *in, tpu__xt_t *ou
   tpu__step_t s = {.node = node, .op = ni.op, .label = (char *)"test", .nin = in ? 1 : 0,
                    .nout = 1, .in = views, .out = views + 1};
   tpu__prep_t pc = {.g = g, .node = node, .label = "test", .opset = ni.opset,
-                    .engine = engine()};
+                    .engine = tg_engine()};
   tpu_status_t st = k->prepare(&pc, &s);
   if (st != TPU_OK) fprintf(stderr, "prepare: %s\n", tpu_graph_error(g));
   CU_ASSERT_FATAL(st == TPU_OK);
@@ -971,7 +944,7 @@ static void test_constant_shape_kernels(void) {
   int64_t d[3] = {4, 5, 6}, ints[3] = {7, -8, 9}, cd[2] = {2, 2};
   float tv[4];
   fill(tv, 4, -1, 1);
-  tpu_graph_t *g = mk();
+  tpu_graph_t *g = tg_new();
   tensor(g, "x", TPU_GRAPH_FP32, 3, d);
   size_t shp = nd(g, "Shape", 15, "x", "s");
   attr_i(g, shp, "start", -2);
