@@ -22,23 +22,6 @@
 
 #define MAXR TPU_GRAPH_MAX_RANK
 
-static void tin(tpu_graph_t *g, const char *name, tpu_graph_dtype_t dt, int rank,
-                const int64_t *dims) {
-  CU_ASSERT_FATAL(tpu_graph_add_tensor(g, name, dt, rank, dims) == TPU_OK);
-}
-
-static size_t count(int rank, const int64_t *dims) {
-  size_t n = 1;
-  for (int i = 0; i < rank; i++) n *= (size_t)dims[i];
-  return n;
-}
-
-static void tinit(tpu_graph_t *g, const char *name, tpu_graph_dtype_t dt, int rank,
-                  const int64_t *dims, const void *data) {
-  size_t bytes = count(rank, dims) * tpu_graph_dtype_size(dt);
-  CU_ASSERT_FATAL(tpu_graph_add_initializer(g, name, dt, rank, dims, data, bytes) == TPU_OK);
-}
-
 static size_t tnode(tpu_graph_t *g, const char *op, int opset, const char *ins,
                     const char *outs) {
   char b1[256], b2[256];
@@ -50,21 +33,8 @@ static size_t tnode(tpu_graph_t *g, const char *op, int opset, const char *ins,
   return idx;
 }
 
-static void set_io(tpu_graph_t *g, const char *ins, const char *outs) {
-  char b1[256], b2[256];
-  const char *in[16], *out[16];
-  size_t nin = tg_split(ins, b1, sizeof b1, in), nout = tg_split(outs, b2, sizeof b2, out);
-  CU_ASSERT_FATAL(tpu_graph_set_inputs(g, nin, in) == TPU_OK);
-  CU_ASSERT_FATAL(tpu_graph_set_outputs(g, nout, out) == TPU_OK);
-}
-
 static void attr_f(tpu_graph_t *g, size_t n, const char *name, float v) {
   tpu_graph_attr_t a = {.name = name, .type = TPU_GRAPH_ATTR_FLOAT, .f = v};
-  CU_ASSERT_FATAL(tpu_graph_add_attr(g, n, &a) == TPU_OK);
-}
-
-static void attr_i(tpu_graph_t *g, size_t n, const char *name, int64_t v) {
-  tpu_graph_attr_t a = {.name = name, .type = TPU_GRAPH_ATTR_INT, .i = v};
   CU_ASSERT_FATAL(tpu_graph_add_attr(g, n, &a) == TPU_OK);
 }
 
@@ -99,10 +69,10 @@ static void run_graph(tpu_graph_t *g, const void *const *in, void *const *out) {
 static tpu_graph_t *unary_graph(const char *op, int opset, tpu_graph_dtype_t dt, int rank,
                                 const int64_t *dims, size_t *node) {
   tpu_graph_t *g = tg_new();
-  tin(g, "a", dt, rank, dims);
+  tg_input(g, "a", dt, rank, dims);
   size_t n = tnode(g, op, opset, "a", "y");
   if (node) *node = n;
-  set_io(g, "a", "y");
+  tg_io(g, "a", "y");
   return g;
 }
 
@@ -145,7 +115,7 @@ static float ref_bin(const char *op, float x, float y) {
 static int check_bin_f32(const char *op, int ra, const int64_t *da, int rb, const int64_t *db) {
   int64_t od[MAXR];
   int ro = bc_shape(ra, da, rb, db, od);
-  size_t na = count(ra, da), nb = count(rb, db), no = count(ro, od);
+  size_t na = tg_count(ra, da), nb = tg_count(rb, db), no = tg_count(ro, od);
   float *a = malloc(na * 4 + 4), *b = malloc(nb * 4 + 4), *y = malloc(no * 4 + 4);
   int pow_op = !strcmp(op, "Pow");
   for (size_t i = 0; i < na; i++) a[i] = tpu_test_rand_float(pow_op ? 0.1f : -4, 4);
@@ -154,10 +124,10 @@ static int check_bin_f32(const char *op, int ra, const int64_t *da, int rb, cons
     if (!strcmp(op, "Div") && fabsf(b[i]) < 0.01f) b[i] = 0.5f;
   }
   tpu_graph_t *g = tg_new();
-  tin(g, "a", TPU_GRAPH_FP32, ra, da);
-  tin(g, "b", TPU_GRAPH_FP32, rb, db);
+  tg_input(g, "a", TPU_GRAPH_FP32, ra, da);
+  tg_input(g, "b", TPU_GRAPH_FP32, rb, db);
   tnode(g, op, 13, "a,b", "y");
-  set_io(g, "a,b", "y");
+  tg_io(g, "a,b", "y");
   tpu_graph_program_t *p = build(g);
   tpu_graph_io_t io;
   CU_ASSERT_FATAL(tpu_graph_program_output(p, 0, &io) == TPU_OK);
@@ -239,10 +209,10 @@ static void test_binary_dtypes(void) {
                          {1, -7, -2, INT32_MIN}};
     for (int o = 0; o < 6; o++) {
       tpu_graph_t *g = tg_new();
-      tin(g, "a", TPU_GRAPH_INT32, 1, d4);
-      tin(g, "b", TPU_GRAPH_INT32, 1, d4);
+      tg_input(g, "a", TPU_GRAPH_INT32, 1, d4);
+      tg_input(g, "b", TPU_GRAPH_INT32, 1, d4);
       tnode(g, ops[o], 14, "a,b", "y");
-      set_io(g, "a,b", "y");
+      tg_io(g, "a,b", "y");
       const void *in[] = {a, b};
       void *out[] = {y};
       run_graph(g, in, out);
@@ -255,10 +225,10 @@ static void test_binary_dtypes(void) {
     int64_t wmul[] = {(int64_t)((uint64_t)INT64_MAX * (uint64_t)-4), 36, -36, 0};
     for (int o = 0; o < 2; o++) {
       tpu_graph_t *g = tg_new();
-      tin(g, "a", TPU_GRAPH_INT64, 1, d4);
-      tin(g, "b", TPU_GRAPH_INT64, 0, NULL);
+      tg_input(g, "a", TPU_GRAPH_INT64, 1, d4);
+      tg_input(g, "b", TPU_GRAPH_INT64, 0, NULL);
       tnode(g, o ? "Mul" : "Div", 14, "a,b", "y");
-      set_io(g, "a,b", "y");
+      tg_io(g, "a,b", "y");
       const void *in[] = {a, &s};
       void *out[] = {y};
       run_graph(g, in, out);
@@ -273,20 +243,20 @@ static void test_binary_dtypes(void) {
     static const char *ops[] = {"Add", "Sub", "Mul"};
     for (int o = 0; o < 3; o++) {
       tpu_graph_t *g = tg_new();
-      tin(g, "a", TPU_GRAPH_INT8, 1, d4);
-      tin(g, "b", TPU_GRAPH_INT8, 1, d4);
+      tg_input(g, "a", TPU_GRAPH_INT8, 1, d4);
+      tg_input(g, "b", TPU_GRAPH_INT8, 1, d4);
       tnode(g, ops[o], 14, "a,b", "y");
-      set_io(g, "a,b", "y");
+      tg_io(g, "a,b", "y");
       const void *in[] = {a, b};
       void *out[] = {y};
       run_graph(g, in, out);
       int8_t wsub[] = {126, -127, 0, -8};
       CU_ASSERT(memcmp(y, o == 0 ? wadd : o == 1 ? wsub : wmul, 4) == 0);
       g = tg_new();
-      tin(g, "a", TPU_GRAPH_UINT8, 1, d4);
-      tin(g, "b", TPU_GRAPH_UINT8, 1, d4);
+      tg_input(g, "a", TPU_GRAPH_UINT8, 1, d4);
+      tg_input(g, "b", TPU_GRAPH_UINT8, 1, d4);
       tnode(g, ops[o], 14, "a,b", "y");
-      set_io(g, "a,b", "y");
+      tg_io(g, "a,b", "y");
       const void *uin[] = {ua, ub};
       void *uout[] = {uy};
       run_graph(g, uin, uout);
@@ -298,10 +268,10 @@ static void test_binary_dtypes(void) {
     static const char *ops[] = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"};
     for (int o = 0; o < 7; o++) {
       tpu_graph_t *g = tg_new();
-      tin(g, "a", TPU_GRAPH_FP64, 1, d4);
-      tin(g, "b", TPU_GRAPH_FP64, 1, d4);
+      tg_input(g, "a", TPU_GRAPH_FP64, 1, d4);
+      tg_input(g, "b", TPU_GRAPH_FP64, 1, d4);
       tnode(g, ops[o], 15, "a,b", "y");
-      set_io(g, "a,b", "y");
+      tg_io(g, "a,b", "y");
       const void *in[] = {a, b};
       void *out[] = {y};
       run_graph(g, in, out);
@@ -321,10 +291,10 @@ static void test_int_div_errors(void) {
   int64_t d3[] = {3};
   {
     tpu_graph_t *g = tg_new();
-    tin(g, "num", TPU_GRAPH_INT32, 1, d3);
-    tin(g, "den", TPU_GRAPH_INT32, 1, d3);
+    tg_input(g, "num", TPU_GRAPH_INT32, 1, d3);
+    tg_input(g, "den", TPU_GRAPH_INT32, 1, d3);
     tnode(g, "Div", 14, "num,den", "y");
-    set_io(g, "num,den", "y");
+    tg_io(g, "num,den", "y");
     tpu_graph_program_t *p = build(g);
     int32_t a[] = {1, 2, 3}, b[] = {1, 0, 1}, y[3];
     const void *in[] = {a, b};
@@ -346,10 +316,10 @@ static void test_int_div_errors(void) {
   {
     tpu_graph_t *g = tg_new();
     int64_t a[] = {INT64_MIN, 5, 6}, m1 = -1;
-    tin(g, "num", TPU_GRAPH_INT64, 1, d3);
-    tin(g, "den", TPU_GRAPH_INT64, 0, NULL);
+    tg_input(g, "num", TPU_GRAPH_INT64, 1, d3);
+    tg_input(g, "den", TPU_GRAPH_INT64, 0, NULL);
     tnode(g, "Div", 14, "num,den", "y");
-    set_io(g, "num,den", "y");
+    tg_io(g, "num,den", "y");
     tpu_graph_program_t *p = build(g);
     int64_t y[3];
     const void *in[] = {a, &m1};
@@ -362,13 +332,13 @@ static void test_int_div_errors(void) {
   { /* constant operands: folded at compile time */
     tpu_graph_t *g = tg_new();
     int64_t a[] = {4, 5, 6}, z[] = {1, 0, 1};
-    tin(g, "x", TPU_GRAPH_INT64, 1, d3);
-    tinit(g, "ka", TPU_GRAPH_INT64, 1, d3, a);
-    tinit(g, "kz", TPU_GRAPH_INT64, 1, d3, z);
+    tg_input(g, "x", TPU_GRAPH_INT64, 1, d3);
+    tg_init(g, "ka", TPU_GRAPH_INT64, 1, d3, a);
+    tg_init(g, "kz", TPU_GRAPH_INT64, 1, d3, z);
     tnode(g, "Div", 14, "ka,kz", "q");
     CU_ASSERT_FATAL(tpu_graph_add_node(g, "m", "Add", NULL, 14, 2, (const char *[]){"q", "x"}, 1,
                                        (const char *[]){"y"}, NULL) == TPU_OK);
-    set_io(g, "x", "y");
+    tg_io(g, "x", "y");
     tpu_graph_program_t *p = NULL;
     CU_ASSERT(tpu_graph_compile(g, tg_engine(), 1, NULL, &p) == TPU_ERANGE);
     CU_ASSERT_PTR_NULL(p);
@@ -384,10 +354,10 @@ static void test_pow(void) {
     int64_t e[] = {2, 3, -2, 0, 5}, two = 2;
     for (int scalar = 0; scalar < 2; scalar++) {
       tpu_graph_t *g = tg_new();
-      tin(g, "a", TPU_GRAPH_FP32, 1, d5);
-      tin(g, "e", TPU_GRAPH_INT64, scalar ? 0 : 1, d5);
+      tg_input(g, "a", TPU_GRAPH_FP32, 1, d5);
+      tg_input(g, "e", TPU_GRAPH_INT64, scalar ? 0 : 1, d5);
       tnode(g, "Pow", 15, "a,e", "y");
-      set_io(g, "a,e", "y");
+      tg_io(g, "a,e", "y");
       const void *in[] = {a, scalar ? (const void *)&two : e};
       void *out[] = {y};
       run_graph(g, in, out);
@@ -400,10 +370,10 @@ static void test_pow(void) {
     int64_t a[] = {2, -3, 2, 1, -1}, e[] = {62, 3, -1, -5, -3}, y[5];
     int64_t want[] = {(int64_t)1 << 62, -27, 0, 1, -1};
     tpu_graph_t *g = tg_new();
-    tin(g, "a", TPU_GRAPH_INT64, 1, d5);
-    tin(g, "e", TPU_GRAPH_INT64, 1, d5);
+    tg_input(g, "a", TPU_GRAPH_INT64, 1, d5);
+    tg_input(g, "e", TPU_GRAPH_INT64, 1, d5);
     tnode(g, "Pow", 15, "a,e", "y");
-    set_io(g, "a,e", "y");
+    tg_io(g, "a,e", "y");
     tpu_graph_program_t *p = build(g);
     const void *in[] = {a, e};
     void *out[] = {y};
@@ -420,10 +390,10 @@ static void test_pow(void) {
     int32_t a[] = {2, 3, -2, 7, 0}, e[] = {31, 2, 31, 1, 0}, y[5];
     int32_t want[] = {INT32_MIN, 9, INT32_MIN, 7, 1};
     tpu_graph_t *g = tg_new();
-    tin(g, "a", TPU_GRAPH_INT32, 1, d5);
-    tin(g, "e", TPU_GRAPH_INT32, 1, d5);
+    tg_input(g, "a", TPU_GRAPH_INT32, 1, d5);
+    tg_input(g, "e", TPU_GRAPH_INT32, 1, d5);
     tnode(g, "Pow", 15, "a,e", "y");
-    set_io(g, "a,e", "y");
+    tg_io(g, "a,e", "y");
     const void *in[] = {a, e};
     void *out[] = {y};
     run_graph(g, in, out);
@@ -433,10 +403,10 @@ static void test_pow(void) {
     double a[] = {2, 10, 0.5, 3, 1e-3}, y[5];
     float e[] = {0.5f, -1, 3, 2, 1.5f};
     tpu_graph_t *g = tg_new();
-    tin(g, "a", TPU_GRAPH_FP64, 1, d5);
-    tin(g, "e", TPU_GRAPH_FP32, 1, d5);
+    tg_input(g, "a", TPU_GRAPH_FP64, 1, d5);
+    tg_input(g, "e", TPU_GRAPH_FP32, 1, d5);
     tnode(g, "Pow", 15, "a,e", "y");
-    set_io(g, "a,e", "y");
+    tg_io(g, "a,e", "y");
     const void *in[] = {a, e};
     void *out[] = {y};
     run_graph(g, in, out);
@@ -444,10 +414,10 @@ static void test_pow(void) {
   }
   { /* an FP32 base with a UINT8 exponent is refused, naming the exponent */
     tpu_graph_t *g = tg_new();
-    tin(g, "a", TPU_GRAPH_FP32, 1, d5);
-    tin(g, "e8", TPU_GRAPH_UINT8, 1, d5);
+    tg_input(g, "a", TPU_GRAPH_FP32, 1, d5);
+    tg_input(g, "e8", TPU_GRAPH_UINT8, 1, d5);
     tnode(g, "Pow", 15, "a,e8", "y");
-    set_io(g, "a,e8", "y");
+    tg_io(g, "a,e8", "y");
     tpu_graph_program_t *p = NULL;
     CU_ASSERT(tpu_graph_compile(g, tg_engine(), 1, NULL, &p) == TPU_ENOTSUP);
     CU_ASSERT_PTR_NOT_NULL(strstr(tpu_graph_error(g), "'e8' is UINT8"));
@@ -461,11 +431,11 @@ static void test_max_min_variadic(void) {
   float a[] = {1, -5, 3, 0, 8, -1}, b[] = {2, 2, 2}, c[] = {-3, 4}, y[6];
   for (int mx = 0; mx < 2; mx++) {
     tpu_graph_t *g = tg_new();
-    tin(g, "a", TPU_GRAPH_FP32, 2, d23);
-    tin(g, "b", TPU_GRAPH_FP32, 1, d3);
-    tin(g, "c", TPU_GRAPH_FP32, 2, d21);
+    tg_input(g, "a", TPU_GRAPH_FP32, 2, d23);
+    tg_input(g, "b", TPU_GRAPH_FP32, 1, d3);
+    tg_input(g, "c", TPU_GRAPH_FP32, 2, d21);
     tnode(g, mx ? "Max" : "Min", 13, "b,a,c", "y");
-    set_io(g, "a,b,c", "y");
+    tg_io(g, "a,b,c", "y");
     const void *in[] = {a, b, c};
     void *out[] = {y};
     run_graph(g, in, out);
@@ -478,9 +448,9 @@ static void test_max_min_variadic(void) {
   }
   { /* one input: a copy */
     tpu_graph_t *g = tg_new();
-    tin(g, "a", TPU_GRAPH_FP32, 2, d23);
+    tg_input(g, "a", TPU_GRAPH_FP32, 2, d23);
     tnode(g, "Max", 13, "a", "y");
-    set_io(g, "a", "y");
+    tg_io(g, "a", "y");
     const void *in[] = {a};
     void *out[] = {y};
     run_graph(g, in, out);
@@ -490,10 +460,10 @@ static void test_max_min_variadic(void) {
     float p[] = {NAN, 1, 2}, q[] = {0, NAN, 1}, r[3];
     for (int mx = 0; mx < 2; mx++) {
       tpu_graph_t *g = tg_new();
-      tin(g, "a", TPU_GRAPH_FP32, 1, d3);
-      tin(g, "b", TPU_GRAPH_FP32, 1, d3);
+      tg_input(g, "a", TPU_GRAPH_FP32, 1, d3);
+      tg_input(g, "b", TPU_GRAPH_FP32, 1, d3);
       tnode(g, mx ? "Max" : "Min", 13, "a,b", "y");
-      set_io(g, "a,b", "y");
+      tg_io(g, "a,b", "y");
       const void *in[] = {p, q};
       void *out[] = {r};
       run_graph(g, in, out);
@@ -503,10 +473,10 @@ static void test_max_min_variadic(void) {
   { /* INT64 */
     int64_t p[] = {INT64_MIN, 5, -7}, q = -6, r[3];
     tpu_graph_t *g = tg_new();
-    tin(g, "a", TPU_GRAPH_INT64, 1, d3);
-    tin(g, "b", TPU_GRAPH_INT64, 0, NULL);
+    tg_input(g, "a", TPU_GRAPH_INT64, 1, d3);
+    tg_input(g, "b", TPU_GRAPH_INT64, 0, NULL);
     tnode(g, "Max", 13, "a,b", "y");
-    set_io(g, "a,b", "y");
+    tg_io(g, "a,b", "y");
     const void *in[] = {p, &q};
     void *out[] = {r};
     run_graph(g, in, out);
@@ -520,11 +490,11 @@ static void test_where(void) {
   uint8_t cond[] = {1, 0, 1, 0, 0, 1};
   float x[] = {10, 20, 30, 40}, yv = -1, out[24];
   tpu_graph_t *g = tg_new();
-  tin(g, "c", TPU_GRAPH_BOOL, 3, dc);
-  tin(g, "x", TPU_GRAPH_FP32, 2, dx);
-  tin(g, "s", TPU_GRAPH_FP32, 0, NULL);
+  tg_input(g, "c", TPU_GRAPH_BOOL, 3, dc);
+  tg_input(g, "x", TPU_GRAPH_FP32, 2, dx);
+  tg_input(g, "s", TPU_GRAPH_FP32, 0, NULL);
   tnode(g, "Where", 16, "c,x,s", "y");
-  set_io(g, "c,x,s", "y");
+  tg_io(g, "c,x,s", "y");
   const void *in[] = {cond, x, &yv};
   void *outs[] = {out};
   run_graph(g, in, outs);
@@ -538,11 +508,11 @@ static void test_where(void) {
   uint16_t h[] = {0x3c00, 0x4000, 0x4200}, hz[] = {0, 0, 0}, hr[3];
   for (int k = 0; k < 2; k++) {
     g = tg_new();
-    tin(g, "c", TPU_GRAPH_BOOL, 1, d3);
-    tin(g, "x", k ? TPU_GRAPH_FP16 : TPU_GRAPH_INT64, 1, d3);
-    tin(g, "z", k ? TPU_GRAPH_FP16 : TPU_GRAPH_INT64, 1, d3);
+    tg_input(g, "c", TPU_GRAPH_BOOL, 1, d3);
+    tg_input(g, "x", k ? TPU_GRAPH_FP16 : TPU_GRAPH_INT64, 1, d3);
+    tg_input(g, "z", k ? TPU_GRAPH_FP16 : TPU_GRAPH_INT64, 1, d3);
     tnode(g, "Where", 16, "c,x,z", "y");
-    set_io(g, "c,x,z", "y");
+    tg_io(g, "c,x,z", "y");
     const void *in2[] = {c3, k ? (const void *)h : a, k ? (const void *)hz : b};
     void *outs2[] = {k ? (void *)hr : r};
     run_graph(g, in2, outs2);
@@ -689,13 +659,13 @@ static void test_clip(void) {
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     tpu_graph_t *g = tg_new();
-    tin(g, "a", TPU_GRAPH_FP32, 1, d);
+    tg_input(g, "a", TPU_GRAPH_FP32, 1, d);
     const char *ins = cases[c].ins;
     int has_lo = strstr(ins, "lo") != NULL, has_hi = strstr(ins, "hi") != NULL;
-    if (has_lo) tin(g, "lo", TPU_GRAPH_FP32, 0, NULL);
-    if (has_hi) tin(g, "hi", TPU_GRAPH_FP32, 0, NULL);
+    if (has_lo) tg_input(g, "lo", TPU_GRAPH_FP32, 0, NULL);
+    if (has_hi) tg_input(g, "hi", TPU_GRAPH_FP32, 0, NULL);
     tnode(g, "Clip", 13, ins, "y");
-    set_io(g, has_lo && has_hi ? "a,lo,hi" : has_lo ? "a,lo" : has_hi ? "a,hi" : "a", "y");
+    tg_io(g, has_lo && has_hi ? "a,lo,hi" : has_lo ? "a,lo" : has_hi ? "a,hi" : "a", "y");
     const void *in[3] = {x};
     int k = 1;
     if (has_lo) in[k++] = &cases[c].lo;
@@ -708,11 +678,11 @@ static void test_clip(void) {
     int32_t xi[] = {INT32_MIN, -7, -1, 0, 5, INT32_MAX}, yi[6], lo = -2, hi = 3;
     int32_t want[] = {-2, -2, -1, 0, 3, 3};
     tpu_graph_t *g = tg_new();
-    tin(g, "a", TPU_GRAPH_INT32, 1, d);
-    tinit(g, "lo", TPU_GRAPH_INT32, 0, NULL, &lo);
-    tinit(g, "hi", TPU_GRAPH_INT32, 0, NULL, &hi);
+    tg_input(g, "a", TPU_GRAPH_INT32, 1, d);
+    tg_init(g, "lo", TPU_GRAPH_INT32, 0, NULL, &lo);
+    tg_init(g, "hi", TPU_GRAPH_INT32, 0, NULL, &hi);
     tnode(g, "Clip", 13, "a,lo,hi", "y");
-    set_io(g, "a", "y");
+    tg_io(g, "a", "y");
     const void *in[] = {xi};
     void *out[] = {yi};
     run_graph(g, in, out);
@@ -737,7 +707,7 @@ static void cast(tpu_graph_dtype_t from, tpu_graph_dtype_t to, const void *x, si
                              [TPU_GRAPH_INT32] = 6, [TPU_GRAPH_INT64] = 7, [TPU_GRAPH_BOOL] = 9,
                              [TPU_GRAPH_FP16] = 10, [TPU_GRAPH_FP64] = 11,
                              [TPU_GRAPH_BF16] = 16};
-  attr_i(g, node, "to", onnx[to]);
+  tg_attr_i(g, node, "to", onnx[to]);
   const void *in[] = {x};
   void *out[] = {y};
   run_graph(g, in, out);
@@ -901,13 +871,13 @@ static void test_identity_dropout(void) {
   {
     uint8_t m[4] = {0};
     tpu_graph_t *g = tg_new();
-    tin(g, "a", TPU_GRAPH_FP32, 2, d);
+    tg_input(g, "a", TPU_GRAPH_FP32, 2, d);
     float ratio = 0.3f;
     uint8_t no = 0;
-    tinit(g, "r", TPU_GRAPH_FP32, 0, NULL, &ratio);
-    tinit(g, "t", TPU_GRAPH_BOOL, 0, NULL, &no);
+    tg_init(g, "r", TPU_GRAPH_FP32, 0, NULL, &ratio);
+    tg_init(g, "t", TPU_GRAPH_BOOL, 0, NULL, &no);
     tnode(g, "Dropout", 13, "a,r,t", "y,m");
-    set_io(g, "a", "y,m");
+    tg_io(g, "a", "y,m");
     tpu_graph_program_t *p = build(g);
     tpu_graph_io_t io;
     CU_ASSERT_FATAL(tpu_graph_program_output(p, 1, &io) == TPU_OK);
@@ -924,10 +894,10 @@ static void test_identity_dropout(void) {
     float m[4] = {0};
     size_t n;
     tpu_graph_t *g = tg_new();
-    tin(g, "a", TPU_GRAPH_FP32, 2, d);
+    tg_input(g, "a", TPU_GRAPH_FP32, 2, d);
     n = tnode(g, "Dropout", 7, "a", "y,m");
     attr_f(g, n, "ratio", 0.5f);
-    set_io(g, "a", "y,m");
+    tg_io(g, "a", "y,m");
     const void *in[] = {x};
     void *out[] = {y, m};
     run_graph(g, in, out);
@@ -937,10 +907,10 @@ static void test_identity_dropout(void) {
   { /* training_mode known true: refused at compile */
     tpu_graph_t *g = tg_new();
     uint8_t yes = 1;
-    tin(g, "a", TPU_GRAPH_FP32, 2, d);
-    tinit(g, "t", TPU_GRAPH_BOOL, 0, NULL, &yes);
+    tg_input(g, "a", TPU_GRAPH_FP32, 2, d);
+    tg_init(g, "t", TPU_GRAPH_BOOL, 0, NULL, &yes);
     tnode(g, "Dropout", 13, "a,,t", "y");
-    set_io(g, "a", "y");
+    tg_io(g, "a", "y");
     tpu_graph_program_t *p = NULL;
     CU_ASSERT(tpu_graph_compile(g, tg_engine(), 1, NULL, &p) == TPU_ENOTSUP);
     CU_ASSERT_PTR_NOT_NULL(strstr(tpu_graph_error(g), "training mode"));
@@ -948,10 +918,10 @@ static void test_identity_dropout(void) {
   }
   { /* training_mode a graph input: refused at compile (inference only) */
     tpu_graph_t *g = tg_new();
-    tin(g, "a", TPU_GRAPH_FP32, 2, d);
-    tin(g, "t", TPU_GRAPH_BOOL, 0, NULL);
+    tg_input(g, "a", TPU_GRAPH_FP32, 2, d);
+    tg_input(g, "t", TPU_GRAPH_BOOL, 0, NULL);
     tnode(g, "Dropout", 13, "a,,t", "y");
-    set_io(g, "a,t", "y");
+    tg_io(g, "a,t", "y");
     tpu_graph_program_t *p = NULL;
     CU_ASSERT(tpu_graph_compile(g, tg_engine(), 1, NULL, &p) == TPU_ENOTSUP);
     CU_ASSERT_PTR_NULL(p);
@@ -976,10 +946,10 @@ static void test_refused_dtypes(void) {
   int64_t d[] = {3};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     tpu_graph_t *g = tg_new();
-    tin(g, "xin", cases[c].dt, 1, d);
-    if (cases[c].binary > 0) tin(g, "b", cases[c].dt, 1, d);
+    tg_input(g, "xin", cases[c].dt, 1, d);
+    if (cases[c].binary > 0) tg_input(g, "b", cases[c].dt, 1, d);
     tnode(g, cases[c].op, cases[c].opset, cases[c].binary > 0 ? "xin,b" : "xin", "y");
-    set_io(g, cases[c].binary > 0 ? "xin,b" : "xin", "y");
+    tg_io(g, cases[c].binary > 0 ? "xin,b" : "xin", "y");
     tpu_graph_program_t *p = NULL;
     tpu_status_t st = tpu_graph_compile(g, tg_engine(), 1, NULL, &p);
     if (cases[c].binary < 0) { /* Dropout takes FP16 */
@@ -1012,9 +982,9 @@ static void test_chain_folded(void) {
   }
   int64_t xd[] = {TPU_GRAPH_BATCH, F}, fd[] = {F};
   tpu_graph_t *g = tg_new();
-  tin(g, "x", TPU_GRAPH_FP32, 2, xd);
-  tinit(g, "mean", TPU_GRAPH_FP32, 1, fd, mean);
-  tinit(g, "sd", TPU_GRAPH_FP32, 1, fd, sd);
+  tg_input(g, "x", TPU_GRAPH_FP32, 2, xd);
+  tg_init(g, "mean", TPU_GRAPH_FP32, 1, fd, mean);
+  tg_init(g, "sd", TPU_GRAPH_FP32, 1, fd, sd);
   tnode(g, "Reciprocal", 13, "sd", "inv");
   CU_ASSERT_FATAL(tpu_graph_add_node(g, "sub", "Sub", NULL, 14, 2, (const char *[]){"x", "mean"},
                                      1, (const char *[]){"c"}, NULL) == TPU_OK);
@@ -1022,7 +992,7 @@ static void test_chain_folded(void) {
                                      1, (const char *[]){"z"}, NULL) == TPU_OK);
   CU_ASSERT_FATAL(tpu_graph_add_node(g, "relu", "Relu", NULL, 14, 1, (const char *[]){"z"}, 1,
                                      (const char *[]){"y"}, NULL) == TPU_OK);
-  set_io(g, "x", "y");
+  tg_io(g, "x", "y");
   tpu_graph_program_t *p = NULL;
   CU_ASSERT_FATAL(tpu_graph_compile(g, tg_engine(), BATCH, NULL, &p) == TPU_OK);
   CU_ASSERT_EQUAL(tpu_graph_program_step_count(p), 3);

@@ -24,23 +24,6 @@
 #include "graph_test.h"
 #include "tpu_test.h"
 
-static size_t count(int rank, const int64_t *dims) {
-  size_t n = 1;
-  for (int i = 0; i < rank; i++) n *= (size_t)dims[i];
-  return n;
-}
-
-static void tin(tpu_graph_t *g, const char *name, tpu_graph_dtype_t dt, int rank,
-                const int64_t *dims) {
-  CU_ASSERT_FATAL(tpu_graph_add_tensor(g, name, dt, rank, dims) == TPU_OK);
-}
-
-static void tinit(tpu_graph_t *g, const char *name, tpu_graph_dtype_t dt, int rank,
-                  const int64_t *dims, const void *data) {
-  size_t bytes = count(rank, dims) * tpu_graph_dtype_size(dt);
-  CU_ASSERT_FATAL(tpu_graph_add_initializer(g, name, dt, rank, dims, data, bytes) == TPU_OK);
-}
-
 static size_t tnode(tpu_graph_t *g, const char *op, int opset, const char *ins,
                     const char *outs) {
   char b1[256], b2[256];
@@ -50,19 +33,6 @@ static size_t tnode(tpu_graph_t *g, const char *op, int opset, const char *ins,
   if (st != TPU_OK) fprintf(stderr, "add_node %s: %s\n", op, tpu_graph_error(g));
   CU_ASSERT_FATAL(st == TPU_OK);
   return idx;
-}
-
-static void set_io(tpu_graph_t *g, const char *ins, const char *outs) {
-  char b1[256], b2[256];
-  const char *in[16], *out[16];
-  size_t nin = tg_split(ins, b1, sizeof b1, in), nout = tg_split(outs, b2, sizeof b2, out);
-  CU_ASSERT_FATAL(tpu_graph_set_inputs(g, nin, in) == TPU_OK);
-  CU_ASSERT_FATAL(tpu_graph_set_outputs(g, nout, out) == TPU_OK);
-}
-
-static void attr_i(tpu_graph_t *g, size_t n, const char *name, int64_t v) {
-  tpu_graph_attr_t a = {.name = name, .type = TPU_GRAPH_ATTR_INT, .i = v};
-  CU_ASSERT_FATAL(tpu_graph_add_attr(g, n, &a) == TPU_OK);
 }
 
 /* Compiles, runs once and frees a graph. */
@@ -142,17 +112,17 @@ static void check_quantize_scalar(const float *x, size_t n, float s, int zp,
                                   tpu_graph_dtype_t zdt, int opset) {
   tpu_graph_t *g = tg_new();
   int64_t d = (int64_t)n;
-  tin(g, "x", TPU_GRAPH_FP32, 1, &d);
-  tinit(g, "s", TPU_GRAPH_FP32, 0, NULL, &s);
+  tg_input(g, "x", TPU_GRAPH_FP32, 1, &d);
+  tg_init(g, "s", TPU_GRAPH_FP32, 0, NULL, &s);
   if (zdt == TPU_GRAPH_INT8) {
     int8_t z = (int8_t)zp;
-    tinit(g, "z", zdt, 0, NULL, &z);
+    tg_init(g, "z", zdt, 0, NULL, &z);
   } else if (zdt == TPU_GRAPH_UINT8) {
     uint8_t z = (uint8_t)zp;
-    tinit(g, "z", zdt, 0, NULL, &z);
+    tg_init(g, "z", zdt, 0, NULL, &z);
   }
   tnode(g, "QuantizeLinear", opset, zdt == TPU_GRAPH_UNDEFINED ? "x,s" : "x,s,z", "y");
-  set_io(g, "x", "y");
+  tg_io(g, "x", "y");
   unsigned char y[64];
   const void *in[] = {x};
   void *out[] = {y};
@@ -188,11 +158,11 @@ static void test_quantize_ties_saturation(void) {
   int64_t d = 4;
   float s = 0.5f;
   int8_t z = 0;
-  tin(g, "x", TPU_GRAPH_FP32, 1, &d);
-  tinit(g, "s", TPU_GRAPH_FP32, 0, NULL, &s);
-  tinit(g, "z", TPU_GRAPH_INT8, 0, NULL, &z);
+  tg_input(g, "x", TPU_GRAPH_FP32, 1, &d);
+  tg_init(g, "s", TPU_GRAPH_FP32, 0, NULL, &s);
+  tg_init(g, "z", TPU_GRAPH_INT8, 0, NULL, &z);
   tnode(g, "QuantizeLinear", 13, "x,s,z", "y");
-  set_io(g, "x", "y");
+  tg_io(g, "x", "y");
   int8_t y[4];
   run_graph(g, (const void *[]){t}, (void *[]){y});
   CU_ASSERT(y[0] == 2 && y[1] == -2 && y[2] == 2 && y[3] == 6);
@@ -204,11 +174,11 @@ static void test_quantize_int32_input(void) {
   int64_t d = 9;
   float s = 2.0f;
   uint8_t z = 100;
-  tin(g, "x", TPU_GRAPH_INT32, 1, &d);
-  tinit(g, "s", TPU_GRAPH_FP32, 0, NULL, &s);
-  tinit(g, "z", TPU_GRAPH_UINT8, 0, NULL, &z);
+  tg_input(g, "x", TPU_GRAPH_INT32, 1, &d);
+  tg_init(g, "s", TPU_GRAPH_FP32, 0, NULL, &s);
+  tg_init(g, "z", TPU_GRAPH_UINT8, 0, NULL, &z);
   tnode(g, "QuantizeLinear", 13, "x,s,z", "y");
-  set_io(g, "x", "y");
+  tg_io(g, "x", "y");
   uint8_t y[9];
   run_graph(g, (const void *[]){x}, (void *[]){y});
   for (int i = 0; i < 9; i++) CU_ASSERT_EQUAL(y[i], ref_q(x[i], s, z, 0));
@@ -228,12 +198,12 @@ static void check_quantize_axis(int64_t axis) {
     z[i] = (int8_t)(i * 5 - 4);
   }
   tpu_graph_t *g = tg_new();
-  tin(g, "x", TPU_GRAPH_FP32, 3, dims);
-  tinit(g, "s", TPU_GRAPH_FP32, 1, &len, s);
-  tinit(g, "z", TPU_GRAPH_INT8, 1, &len, z);
+  tg_input(g, "x", TPU_GRAPH_FP32, 3, dims);
+  tg_init(g, "s", TPU_GRAPH_FP32, 1, &len, s);
+  tg_init(g, "z", TPU_GRAPH_INT8, 1, &len, z);
   size_t n = tnode(g, "QuantizeLinear", 13, "x,s,z", "y");
-  attr_i(g, n, "axis", axis);
-  set_io(g, "x", "y");
+  tg_attr_i(g, n, "axis", axis);
+  tg_io(g, "x", "y");
   run_graph(g, (const void *[]){x}, (void *[]){y});
   int bad = 0;
   for (int i = 0; i < 24; i++) {
@@ -264,13 +234,13 @@ static void test_quantize_blocked(void) {
     z[i] = (uint8_t)(10 * i);
   }
   tpu_graph_t *g = tg_new();
-  tin(g, "x", TPU_GRAPH_FP32, 2, xd);
-  tinit(g, "s", TPU_GRAPH_FP32, 2, sd, s);
-  tinit(g, "z", TPU_GRAPH_UINT8, 2, sd, z);
+  tg_input(g, "x", TPU_GRAPH_FP32, 2, xd);
+  tg_init(g, "s", TPU_GRAPH_FP32, 2, sd, s);
+  tg_init(g, "z", TPU_GRAPH_UINT8, 2, sd, z);
   size_t n = tnode(g, "QuantizeLinear", 21, "x,s,z", "y");
-  attr_i(g, n, "axis", 1);
-  attr_i(g, n, "block_size", 2);
-  set_io(g, "x", "y");
+  tg_attr_i(g, n, "axis", 1);
+  tg_attr_i(g, n, "block_size", 2);
+  tg_io(g, "x", "y");
   run_graph(g, (const void *[]){x}, (void *[]){y});
   for (int i = 0; i < 10; i++) {
     int p = (i / 5) * 3 + (i % 5) / 2;
@@ -292,12 +262,12 @@ static void test_quantize_random(void) {
     z[j] = (uint8_t)tpu_test_rand_range(0, 255);
   }
   tpu_graph_t *g = tg_new();
-  tin(g, "x", TPU_GRAPH_FP32, 2, dims);
-  tinit(g, "s", TPU_GRAPH_FP32, 1, &len, s);
-  tinit(g, "z", TPU_GRAPH_UINT8, 1, &len, z);
+  tg_input(g, "x", TPU_GRAPH_FP32, 2, dims);
+  tg_init(g, "s", TPU_GRAPH_FP32, 1, &len, s);
+  tg_init(g, "z", TPU_GRAPH_UINT8, 1, &len, z);
   size_t n = tnode(g, "QuantizeLinear", 13, "x,s,z", "y");
-  attr_i(g, n, "axis", -1);
-  set_io(g, "x", "y");
+  tg_attr_i(g, n, "axis", -1);
+  tg_io(g, "x", "y");
   run_graph(g, (const void *[]){x}, (void *[]){y});
   int bad = 0;
   for (int i = 0; i < ROWS * COLS; i++) {
@@ -325,11 +295,11 @@ static void test_dequantize(void) {
     int8_t zi = -7;
     uint8_t zu = 131;
     tpu_graph_dtype_t dt = signed_ ? TPU_GRAPH_INT8 : TPU_GRAPH_UINT8;
-    tin(g, "x", dt, 1, &d);
-    tinit(g, "s", TPU_GRAPH_FP32, 0, NULL, &s);
-    tinit(g, "z", dt, 0, NULL, signed_ ? (const void *)&zi : (const void *)&zu);
+    tg_input(g, "x", dt, 1, &d);
+    tg_init(g, "s", TPU_GRAPH_FP32, 0, NULL, &s);
+    tg_init(g, "z", dt, 0, NULL, signed_ ? (const void *)&zi : (const void *)&zu);
     tnode(g, "DequantizeLinear", 13, "x,s,z", "y");
-    set_io(g, "x", "y");
+    tg_io(g, "x", "y");
     float y[8];
     run_graph(g, (const void *[]){signed_ ? (const void *)xi : (const void *)xu}, (void *[]){y});
     for (int i = 0; i < 8; i++) {
@@ -343,10 +313,10 @@ static void test_dequantize(void) {
     tpu_graph_t *g = tg_new();
     int64_t d = 6;
     float s = 0.0625f;
-    tin(g, "x", TPU_GRAPH_INT32, 1, &d);
-    tinit(g, "s", TPU_GRAPH_FP32, 0, NULL, &s);
+    tg_input(g, "x", TPU_GRAPH_INT32, 1, &d);
+    tg_init(g, "s", TPU_GRAPH_FP32, 0, NULL, &s);
     tnode(g, "DequantizeLinear", 10, "x,s", "y");
-    set_io(g, "x", "y");
+    tg_io(g, "x", "y");
     float y[6];
     run_graph(g, (const void *[]){x}, (void *[]){y});
     for (int i = 0; i < 6; i++) CU_ASSERT_EQUAL(y[i], (float)((double)x[i] * s));
@@ -358,12 +328,12 @@ static void test_dequantize(void) {
     const float s[] = {0.5f, 0.3f, 3.0f};
     const uint8_t z[] = {1, 15, 128};
     tpu_graph_t *g = tg_new();
-    tin(g, "x", TPU_GRAPH_UINT8, 2, dims);
-    tinit(g, "s", TPU_GRAPH_FP32, 1, &len, s);
-    tinit(g, "z", TPU_GRAPH_UINT8, 1, &len, z);
+    tg_input(g, "x", TPU_GRAPH_UINT8, 2, dims);
+    tg_init(g, "s", TPU_GRAPH_FP32, 1, &len, s);
+    tg_init(g, "z", TPU_GRAPH_UINT8, 1, &len, z);
     size_t n = tnode(g, "DequantizeLinear", 13, "x,s,z", "y");
-    attr_i(g, n, "axis", 0);
-    set_io(g, "x", "y");
+    tg_attr_i(g, n, "axis", 0);
+    tg_io(g, "x", "y");
     float y[6];
     run_graph(g, (const void *[]){x}, (void *[]){y});
     for (int i = 0; i < 6; i++)
@@ -377,9 +347,9 @@ static void test_dequantize(void) {
 static void check_dynamic(const float *x, size_t n) {
   tpu_graph_t *g = tg_new();
   int64_t d = (int64_t)n;
-  tin(g, "x", TPU_GRAPH_FP32, 1, &d);
+  tg_input(g, "x", TPU_GRAPH_FP32, 1, &d);
   tnode(g, "DynamicQuantizeLinear", 11, "x", "y,ys,yz");
-  set_io(g, "x", "y,ys,yz");
+  tg_io(g, "x", "y,ys,yz");
   uint8_t y[64], yz = 77;
   float ys = -1;
   run_graph(g, (const void *[]){x}, (void *[]){y, &ys, &yz});
@@ -493,10 +463,10 @@ static void check_qmm(const mmi_case_t *c, int qlinear, int dyadic, int b_const)
   int64_t bd[4], zad[4], zbd[4];
   size_t m, k, n;
   int ro = mm_dims(c, bd, &m, &k, &n);
-  size_t batches = count(ro, bd), na = count(c->ra, c->ad), nb = count(c->rb, c->bd);
+  size_t batches = tg_count(ro, bd), na = tg_count(c->ra, c->ad), nb = tg_count(c->rb, c->bd);
   int za_r = zp_shape(c->za_kind, c->ra, c->ad, 1, zad);
   int zb_r = zp_shape(c->zb_kind, c->rb, c->bd, 0, zbd);
-  size_t nza = count(za_r, zad), nzb = count(zb_r, zbd);
+  size_t nza = tg_count(za_r, zad), nzb = tg_count(zb_r, zbd);
   unsigned char *a = malloc(na), *b = malloc(nb), za[64], zb[64], zy;
   float sa[64], sb[64], sy;
   size_t no = batches * m * n;
@@ -517,18 +487,18 @@ static void check_qmm(const mmi_case_t *c, int qlinear, int dyadic, int b_const)
   tpu_graph_dtype_t bdt = c->b_signed ? TPU_GRAPH_INT8 : TPU_GRAPH_UINT8;
   tpu_graph_dtype_t ydt = y_signed ? TPU_GRAPH_INT8 : TPU_GRAPH_UINT8;
   tpu_graph_t *g = tg_new();
-  tin(g, "a", adt, c->ra, c->ad);
+  tg_input(g, "a", adt, c->ra, c->ad);
   if (b_const)
-    tinit(g, "b", bdt, c->rb, c->bd, b);
+    tg_init(g, "b", bdt, c->rb, c->bd, b);
   else
-    tin(g, "b", bdt, c->rb, c->bd);
-  if (c->za_kind >= 0) tinit(g, "za", adt, za_r, zad, za);
-  if (c->zb_kind >= 0) tinit(g, "zb", bdt, zb_r, zbd, zb);
+    tg_input(g, "b", bdt, c->rb, c->bd);
+  if (c->za_kind >= 0) tg_init(g, "za", adt, za_r, zad, za);
+  if (c->zb_kind >= 0) tg_init(g, "zb", bdt, zb_r, zbd, zb);
   if (qlinear) {
-    tinit(g, "sa", TPU_GRAPH_FP32, za_r, zad, sa);
-    tinit(g, "sb", TPU_GRAPH_FP32, zb_r, zbd, sb);
-    tinit(g, "sy", TPU_GRAPH_FP32, 0, NULL, &sy);
-    tinit(g, "zy", ydt, 0, NULL, &zy);
+    tg_init(g, "sa", TPU_GRAPH_FP32, za_r, zad, sa);
+    tg_init(g, "sb", TPU_GRAPH_FP32, zb_r, zbd, sb);
+    tg_init(g, "sy", TPU_GRAPH_FP32, 0, NULL, &sy);
+    tg_init(g, "zy", ydt, 0, NULL, &zy);
     tnode(g, "QLinearMatMul", 10, "a,sa,za,b,sb,zb,sy,zy", "y");
   } else {
     char ins[32];
@@ -536,7 +506,7 @@ static void check_qmm(const mmi_case_t *c, int qlinear, int dyadic, int b_const)
              c->zb_kind >= 0 ? ",zb" : "");
     tnode(g, "MatMulInteger", 10, ins, "y");
   }
-  set_io(g, b_const ? "a" : "a,b", "y");
+  tg_io(g, b_const ? "a" : "a,b", "y");
   tpu_graph_program_t *p = NULL;
   tpu_status_t st = tpu_graph_compile(g, tg_engine(), 1, NULL, &p);
   if (st != TPU_OK) fprintf(stderr, "compile: %s\n", tpu_graph_error(g));
@@ -636,16 +606,16 @@ static void test_qlinear_matmul_ties(void) {
   const float sa = 0.5f, sb = 1.0f, sy = 1.0f;
   const int8_t zy = -1;
   tpu_graph_t *g = tg_new();
-  tin(g, "a", TPU_GRAPH_UINT8, 2, ad);
-  tinit(g, "sa", TPU_GRAPH_FP32, 0, NULL, &sa);
-  tinit(g, "za", TPU_GRAPH_UINT8, 0, NULL, &za);
-  tinit(g, "b", TPU_GRAPH_UINT8, 2, bd, &b);
-  tinit(g, "sb", TPU_GRAPH_FP32, 0, NULL, &sb);
-  tinit(g, "zb", TPU_GRAPH_UINT8, 0, NULL, &zb);
-  tinit(g, "sy", TPU_GRAPH_FP32, 0, NULL, &sy);
-  tinit(g, "zy", TPU_GRAPH_INT8, 0, NULL, &zy);
+  tg_input(g, "a", TPU_GRAPH_UINT8, 2, ad);
+  tg_init(g, "sa", TPU_GRAPH_FP32, 0, NULL, &sa);
+  tg_init(g, "za", TPU_GRAPH_UINT8, 0, NULL, &za);
+  tg_init(g, "b", TPU_GRAPH_UINT8, 2, bd, &b);
+  tg_init(g, "sb", TPU_GRAPH_FP32, 0, NULL, &sb);
+  tg_init(g, "zb", TPU_GRAPH_UINT8, 0, NULL, &zb);
+  tg_init(g, "sy", TPU_GRAPH_FP32, 0, NULL, &sy);
+  tg_init(g, "zy", TPU_GRAPH_INT8, 0, NULL, &zy);
   tnode(g, "QLinearMatMul", 10, "a,sa,za,b,sb,zb,sy,zy", "y");
-  set_io(g, "a", "y");
+  tg_io(g, "a", "y");
   int8_t y[8];
   run_graph(g, (const void *[]){a}, (void *[]){y});
   for (int i = 0; i < 8; i++) CU_ASSERT_EQUAL(y[i], sat(rne(a[i] * 0.5) - 1, 1));
@@ -662,70 +632,70 @@ static void test_errors(void) {
   int32_t z32 = 0;
   /* Per-axis scale of the wrong length. */
   tpu_graph_t *g = tg_new();
-  tin(g, "x", TPU_GRAPH_FP32, 2, d2);
-  tinit(g, "s", TPU_GRAPH_FP32, 1, &d3, s3);
+  tg_input(g, "x", TPU_GRAPH_FP32, 2, d2);
+  tg_init(g, "s", TPU_GRAPH_FP32, 1, &d3, s3);
   tnode(g, "QuantizeLinear", 13, "x,s", "y");
-  set_io(g, "x", "y");
+  tg_io(g, "x", "y");
   compile_fails(g, TPU_ESHAPE, "1-D of 4 elements");
   /* Per-axis scales before opset 13. */
   g = tg_new();
-  tin(g, "x", TPU_GRAPH_FP32, 1, &d3);
-  tinit(g, "s", TPU_GRAPH_FP32, 1, &d3, s3);
+  tg_input(g, "x", TPU_GRAPH_FP32, 1, &d3);
+  tg_init(g, "s", TPU_GRAPH_FP32, 1, &d3, s3);
   tnode(g, "QuantizeLinear", 10, "x,s", "y");
-  set_io(g, "x", "y");
+  tg_io(g, "x", "y");
   compile_fails(g, TPU_ESHAPE, "before opset 13");
   /* An INT32 zero point. */
   g = tg_new();
-  tin(g, "x", TPU_GRAPH_FP32, 1, &d4);
-  tinit(g, "s", TPU_GRAPH_FP32, 0, NULL, &s1);
-  tinit(g, "z", TPU_GRAPH_INT32, 0, NULL, &z32);
+  tg_input(g, "x", TPU_GRAPH_FP32, 1, &d4);
+  tg_init(g, "s", TPU_GRAPH_FP32, 0, NULL, &s1);
+  tg_init(g, "z", TPU_GRAPH_INT32, 0, NULL, &z32);
   tnode(g, "QuantizeLinear", 13, "x,s,z", "y");
-  set_io(g, "x", "y");
+  tg_io(g, "x", "y");
   compile_fails(g, TPU_EDTYPE, "expected INT8 or UINT8");
   /* MatMulInteger of floats. */
   g = tg_new();
-  tin(g, "a", TPU_GRAPH_FP32, 2, d2);
-  tin(g, "b", TPU_GRAPH_FP32, 2, (int64_t[]){4, 2});
+  tg_input(g, "a", TPU_GRAPH_FP32, 2, d2);
+  tg_input(g, "b", TPU_GRAPH_FP32, 2, (int64_t[]){4, 2});
   tnode(g, "MatMulInteger", 10, "a,b", "y");
-  set_io(g, "a,b", "y");
+  tg_io(g, "a,b", "y");
   compile_fails(g, TPU_EDTYPE, "input 'a' (A) is FP32");
   /* MatMulInteger with a zero point of the wrong length. */
   g = tg_new();
-  tin(g, "a", TPU_GRAPH_UINT8, 2, d2);
-  tin(g, "b", TPU_GRAPH_UINT8, 2, (int64_t[]){4, 2});
-  tinit(g, "za", TPU_GRAPH_UINT8, 1, &d3, (uint8_t[]){1, 2, 3});
+  tg_input(g, "a", TPU_GRAPH_UINT8, 2, d2);
+  tg_input(g, "b", TPU_GRAPH_UINT8, 2, (int64_t[]){4, 2});
+  tg_init(g, "za", TPU_GRAPH_UINT8, 1, &d3, (uint8_t[]){1, 2, 3});
   tnode(g, "MatMulInteger", 10, "a,b,za", "y");
-  set_io(g, "a,b", "y");
+  tg_io(g, "a,b", "y");
   compile_fails(g, TPU_ESHAPE, "a_zero_point 'za' [3]");
   /* MatMulInteger disagreeing on K. */
   g = tg_new();
-  tin(g, "a", TPU_GRAPH_INT8, 2, d2);
-  tin(g, "b", TPU_GRAPH_INT8, 2, (int64_t[]){3, 2});
+  tg_input(g, "a", TPU_GRAPH_INT8, 2, d2);
+  tg_input(g, "b", TPU_GRAPH_INT8, 2, (int64_t[]){3, 2});
   tnode(g, "MatMulInteger", 10, "a,b", "y");
-  set_io(g, "a,b", "y");
+  tg_io(g, "a,b", "y");
   compile_fails(g, TPU_ESHAPE, "disagree on K");
   /* QLinearMatMul with a per-row y_scale. */
   g = tg_new();
   uint8_t z2[2] = {0, 0}, z0 = 0;
   float s2[2] = {1, 1};
-  tin(g, "a", TPU_GRAPH_UINT8, 2, (int64_t[]){2, 2});
-  tinit(g, "sa", TPU_GRAPH_FP32, 0, NULL, &s1);
-  tinit(g, "za", TPU_GRAPH_UINT8, 0, NULL, &z0);
-  tin(g, "b", TPU_GRAPH_UINT8, 2, (int64_t[]){2, 2});
-  tinit(g, "sb", TPU_GRAPH_FP32, 0, NULL, &s1);
-  tinit(g, "zb", TPU_GRAPH_UINT8, 0, NULL, &z0);
-  tinit(g, "sy", TPU_GRAPH_FP32, 1, (int64_t[]){2}, s2);
-  tinit(g, "zy", TPU_GRAPH_UINT8, 1, (int64_t[]){2}, z2);
+  tg_input(g, "a", TPU_GRAPH_UINT8, 2, (int64_t[]){2, 2});
+  tg_init(g, "sa", TPU_GRAPH_FP32, 0, NULL, &s1);
+  tg_init(g, "za", TPU_GRAPH_UINT8, 0, NULL, &z0);
+  tg_input(g, "b", TPU_GRAPH_UINT8, 2, (int64_t[]){2, 2});
+  tg_init(g, "sb", TPU_GRAPH_FP32, 0, NULL, &s1);
+  tg_init(g, "zb", TPU_GRAPH_UINT8, 0, NULL, &z0);
+  tg_init(g, "sy", TPU_GRAPH_FP32, 1, (int64_t[]){2}, s2);
+  tg_init(g, "zy", TPU_GRAPH_UINT8, 1, (int64_t[]){2}, z2);
   tnode(g, "QLinearMatMul", 10, "a,sa,za,b,sb,zb,sy,zy", "y");
-  set_io(g, "a,b", "y");
+  tg_io(g, "a,b", "y");
   compile_fails(g, TPU_ESHAPE, "y_scale 'sy' [2] must be a scalar");
   /* DequantizeLinear to FP16 (opset 19 scale type): inferred, refused by the kernel. */
   g = tg_new();
   uint16_t h = 0x3c00; /* 1.0 */
-  tin(g, "x", TPU_GRAPH_INT8, 1, &d4);
-  tinit(g, "s", TPU_GRAPH_FP16, 0, NULL, &h);
+  tg_input(g, "x", TPU_GRAPH_INT8, 1, &d4);
+  tg_init(g, "s", TPU_GRAPH_FP16, 0, NULL, &h);
   tnode(g, "DequantizeLinear", 19, "x,s", "y");
-  set_io(g, "x", "y");
+  tg_io(g, "x", "y");
   compile_fails(g, TPU_ENOTSUP, "FP32 or BF16 scales");
 }
 
@@ -736,11 +706,11 @@ static void test_folded_chain(void) {
   float s = 0.25f, one = 1.0f;
   int8_t z = 2;
   tpu_graph_t *g = tg_new();
-  tinit(g, "w", TPU_GRAPH_FP32, 1, &d, w);
-  tinit(g, "s", TPU_GRAPH_FP32, 0, NULL, &s);
-  tinit(g, "z", TPU_GRAPH_INT8, 0, NULL, &z);
-  tin(g, "x", TPU_GRAPH_FP32, 1, &d);
-  tinit(g, "one", TPU_GRAPH_FP32, 0, NULL, &one);
+  tg_init(g, "w", TPU_GRAPH_FP32, 1, &d, w);
+  tg_init(g, "s", TPU_GRAPH_FP32, 0, NULL, &s);
+  tg_init(g, "z", TPU_GRAPH_INT8, 0, NULL, &z);
+  tg_input(g, "x", TPU_GRAPH_FP32, 1, &d);
+  tg_init(g, "one", TPU_GRAPH_FP32, 0, NULL, &one);
   CU_ASSERT_FATAL(tpu_graph_add_node(g, "q", "QuantizeLinear", NULL, 13, 3,
                                      (const char *[]){"w", "s", "z"}, 1,
                                      (const char *[]){"wq"}, NULL) == TPU_OK);
@@ -750,7 +720,7 @@ static void test_folded_chain(void) {
   CU_ASSERT_FATAL(tpu_graph_add_node(g, "add", "Add", NULL, 14, 2,
                                      (const char *[]){"x", "wd"}, 1, (const char *[]){"y"},
                                      NULL) == TPU_OK);
-  set_io(g, "x", "y");
+  tg_io(g, "x", "y");
   tpu_graph_program_t *p = NULL;
   CU_ASSERT_FATAL(tpu_graph_compile(g, tg_engine(), 1, NULL, &p) == TPU_OK);
   CU_ASSERT_EQUAL(tpu_graph_program_step_count(p), 1); /* only the Add runs */
