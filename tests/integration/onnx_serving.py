@@ -58,14 +58,6 @@ NP_OF = {"FP32": "<f4", "INT64": "<i8", "INT32": "<i4"}
 # reference, cat replaced by known ids).
 AUDIT_ROWS = [0, 1]
 AUDIT_CAT = [7, 42]
-# Checks that fail because of a known bug outside this test carry this marker (see the report
-# of the branch that added the test): tpud refuses the OIP typed contents of non-FP32 inputs
-# (int64_contents for INT64, int_contents for INT32: "datatype INT64 takes
-# contents.fp32_contents or raw_input_contents"), server/dispatch/validate.c.
-BUG_TYPED = "[KNOWN SERVER BUG: typed non-FP32 contents refused] "
-# tpuctl takes its global flags (--addr ...) before "audit verify" as an unknown command
-# "audit" (client/tpuctl.c looks for "audit" in argv[1] only).
-BUG_CTL = "[KNOWN TPUCTL BUG: global flags before 'audit'] "
 
 
 def ok(msg):
@@ -425,8 +417,7 @@ def all_rows(model, ref, rng):
     # gRPC, all requests in flight at once on one channel: raw_input_contents, then the typed
     # contents fields (fp32_contents, int64_contents)
     for raw in (True, False):
-        bug = "" if raw or all(d == "FP32" for _, d, _ in ref.inputs) else BUG_TYPED
-        a = Agree(f"{bug}{model} gRPC {'raw' if raw else 'typed'} contents")
+        a = Agree(f"{model} gRPC {'raw' if raw else 'typed'} contents")
         cs = chunks(ref.rows, rng)
         futs = []
         for lo, hi in cs:
@@ -569,7 +560,7 @@ def conversions(model, ref):
         a.bad.append(f"tpuctl {rc} {j}")
     a.report(3 * (hi - lo))
     # the same over gRPC's typed field for INT32 (int_contents)
-    a = Agree(f"{BUG_TYPED}{model} cat as INT32 in gRPC int_contents")
+    a = Agree(f"{model} cat as INT32 in gRPC int_contents")
     code, r = grpc_code(lambda: stub().ModelInfer(
         grpc_request(model, ins, raw=False, dtypes={"cat": "INT32"}), timeout=10))
     if code == "OK":
@@ -788,7 +779,7 @@ def audit():
     p2 = subprocess.run([ARGS.tpuctl, "--timeout", "5000", "audit", "verify", ARGS.audit_log],
                         capture_output=True, text=True)
     check(p2.returncode == 0 and p2.stdout == out,
-          f"{BUG_CTL}tpuctl --timeout 5000 audit verify: the same answer",
+          "tpuctl --timeout 5000 audit verify: the same answer",
           f"exit {p2.returncode}: {p2.stderr.strip()}")
     p = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "audit_verify.py"),
                         ARGS.audit_log], capture_output=True, text=True)
