@@ -40,6 +40,7 @@ float tpu__act_fp32(tpu_act_t act, float x) {
      * not cancel for negative x, where 1 + erff(x/√2) loses every digit below 1e-7. It runs in
      * double because the tail is ill-conditioned: a binary32 argument's rounding alone would
      * move erfc(6.6) by 5e-6 relative. This is the reference; ISA sets may approximate. */
+    if (x == -INFINITY) return -0.0f; /* the limit; the formula would give -Inf·0 */
     return (float)(0.5 * x * erfc(-(double)x * 0.70710678118654752440));
   case TPU_ACT_TANH:
     return tanhf(x);

@@ -294,7 +294,7 @@ tpu_status_t tpu_plan_run(tpu_plan_t *p, const void *a, const float *a_scales, v
 
   if (p->act == TPU_ACT_SOFTMAX) {
     float *y = p->args.c;
-    for (size_t i = 0; i < m; i++) tpu__softmax_row(y + i * n, n);
+    p->engine->ks->vec->softmax(y, m, n);
     if (p->out_dtype == TPU_DTYPE_BF16) {
       tpu_bf16_from_fp32_n(c, y, m * n);
     } else if (p->out_dtype == TPU_DTYPE_INT8) {

@@ -106,6 +106,7 @@ void tpu__kernels_resolve(const tpu__kernel_set_t *const *cands, size_t n, uint3
     out[i] = *cands[i];
     for (int d = 0; d < 3; d++)
       if (!out[i].dt[d].gemm && below) out[i].dt[d] = below->dt[d];
+    if (!out[i].vec && below) out[i].vec = below->vec;
     usable[i] = (cands[i]->cpu & ~cpu) == 0;
     if (usable[i]) below = &out[i];
   }

@@ -104,8 +104,6 @@ tpu_status_t tpu__check_dims(size_t m, size_t k, size_t n);
 void *tpu__aligned_alloc(size_t size);
 /* Quantizes one row (tpu_quantize_rows without the argument checks). */
 tpu_status_t tpu__quantize_row(const float *x, size_t cols, int8_t *q, float *scale);
-/* Numerically stable softmax of one row of n ≥ 1 floats, in place. */
-void tpu__softmax_row(float *x, size_t n);
 /* 1 when x is finite and > 0. */
 static inline int tpu__positive_finite(float x) { return x > 0.0f && x <= 3.40282347e38f; }
 

@@ -69,9 +69,10 @@
  *            INT32 (INT8 compute only, with act NONE and no bias): acc itself.
  * None/relu and the store are elementary operations, so any correct set is bit-identical to the
  * reference there (the tests hold INT8 epilogues to exact equality); vectorized tanh/sigmoid/
- * gelu may differ in the last bits (say so in the set). ISA files are built with -mfma and GCC
- * contracts a*b + c into one FMA by default: write the epilogue with explicit intrinsics (mul,
- * then add) or the rounding differs from the contract.
+ * gelu may differ in the last bits (say so in the set). ISA files are built with -mfma, and GCC
+ * would contract a*b + c into one FMA even across two intrinsics (they are plain vector
+ * arithmetic to it): engine/CMakeLists.txt builds them with -ffp-contract=off, so a multiply
+ * and an add round as written and an FMA is only where a kernel asks for one.
  */
 typedef struct tpu__gemm_args {
   size_t m, k, n;
@@ -140,13 +141,68 @@ enum {
   TPU__CPU_AMX_BF16 = 1u << 11
 };
 
-/* One kernel set: a name users can force with TPUD_ISA, the CPU features it needs, and one
- * entry per compute dtype, indexed by tpu_dtype_t (FP32, BF16, INT8). */
+/*
+ * Vector math of a set: the element-wise functions, softmax and the double-precision row sums
+ * that the graph's ops and the frame run outside the GEMM. Every function takes any length
+ * (n >= 1; tails are masked, never read or written past n) and unaligned pointers.
+ *
+ * map(f, x, y, n)    y[i] = f(x[i]) for i < n, binary32; y == x (in place) or no overlap. Each
+ *                    lane is computed alone, so a value's result never depends on its position
+ *                    or neighbours. The epilogue of the same set computes gelu, tanh and sigmoid
+ *                    with the same lane function, bit for bit (a fused activation equals the
+ *                    unfused op). Accuracy: ref is libm and tpu__act_fp32 (within ~1 ulp); the
+ *                    vector sets' maximum error is in engine/kernels/vmath.h (a few ulp,
+ *                    measured over every binary32 input by bench/vmath_check) and is held by
+ *                    tests/engine/test_vmath.c. NaN in gives NaN out; ±Inf and ±0 give the
+ *                    function's limits (sign of zero kept by the odd functions).
+ * softmax(x, r, n)   in place, each of r rows of n: e_j = exp(x_j - max), x_j = e_j / Σe in
+ *                    double, as tpu__softmax_row (any NaN in a row makes that row NaN). A
+ *                    row's result depends on its values and n only, never on r or its place.
+ * acc_f64(acc, x, n) acc[i] += (double)x[i]: bit-identical to the scalar loop (one addition per
+ *                    element, in the same order for each element).
+ * layernorm(...)     one row of LayerNormalization with a contiguous scale and bias (either may
+ *                    be NULL): mean and variance summed in double (in another order than the
+ *                    scalar kernel: last bits of the double may differ), y = (float)(((double)x
+ *                    - mean) * inv * scale + bias) with inv = 1/sqrt(var/n + eps); stores mean
+ *                    and inv if the pointers are not NULL.
+ */
+typedef enum {
+  TPU__VF_EXP,
+  TPU__VF_TANH,
+  TPU__VF_SIGMOID,
+  TPU__VF_ERF,
+  TPU__VF_GELU,      /* exact: x·Φ(x) */
+  TPU__VF_GELU_TANH, /* ONNX Gelu approximate="tanh": ½x(1 + tanh(√(2/π)(x + 0.044715x³))) */
+  TPU__VF_COUNT
+} tpu__vfn_t;
+
+typedef struct tpu__vec_kernels {
+  const char *name; /* "tpu_vmath_avx512" */
+  void (*map)(tpu__vfn_t f, const float *x, float *y, size_t n);
+  void (*softmax)(float *x, size_t rows, size_t n);
+  void (*acc_f64)(double *acc, const float *x, size_t n);
+  void (*layernorm)(const float *x, size_t n, const float *scale, const float *bias, double eps,
+                    float *y, double *mean, double *inv);
+} tpu__vec_kernels_t;
+
+/* One kernel set: a name users can force with TPUD_ISA, the CPU features it needs, one entry
+ * per compute dtype, indexed by tpu_dtype_t (FP32, BF16, INT8), and its vector math (NULL:
+ * inherited like an empty dtype entry). */
 typedef struct tpu__kernel_set {
   const char *name; /* "ref", "avx2", "avx512", "amx" */
   uint32_t cpu;     /* TPU__CPU_* mask; 0 for portable C */
   tpu__dtype_kernels_t dt[3];
+  const tpu__vec_kernels_t *vec;
 } tpu__kernel_set_t;
+
+/* The vector math of each kernel directory (engine/kernels/<isa>/vmath_<isa>.c). */
+extern const tpu__vec_kernels_t tpu__vec_ref;
+#ifdef TPU_HAVE_KERNELS_AVX2
+extern const tpu__vec_kernels_t tpu__vec_avx2;
+#endif
+#ifdef TPU_HAVE_KERNELS_AVX512
+extern const tpu__vec_kernels_t tpu__vec_avx512;
+#endif
 
 /* The kernel sets compiled into this build (each defined in engine/kernels/<isa>/). */
 extern const tpu__kernel_set_t tpu__kernels_ref;
@@ -223,5 +279,7 @@ static inline int8_t tpu__requantize(float y, float out_scale) {
 
 /* One element of every activation but softmax (act.c). */
 float tpu__act_fp32(tpu_act_t act, float x);
+/* Numerically stable softmax of one row of n ≥ 1 floats, in place: the reference (act.c). */
+void tpu__softmax_row(float *x, size_t n);
 
 #endif /* TPU_KERNELS_H */

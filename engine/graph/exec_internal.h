@@ -124,6 +124,12 @@ tpu_status_t tpu__run_fail(tpu__run_ctx_t *rc, tpu_status_t st, const char *fmt,
 /* Refuses a dtype: TPU_ENOTSUP "input 'x' is FP16: this kernel takes FP32, ..." */
 tpu_status_t tpu__prep_dtype(tpu__prep_t *pc, const tpu__xt_t *t, const char *takes);
 
+/* The vector math of the kernel set the program is compiled for (tpu_kernels.h): element-wise
+ * functions, softmax, LayerNorm rows and double accumulation, with fast paths per ISA. Kernels
+ * look it up in prepare and keep the pointer in their params. */
+struct tpu__vec_kernels;
+const struct tpu__vec_kernels *tpu__prep_vec(const tpu__prep_t *pc);
+
 /* Attribute helpers for prepare: the value, or def when absent. */
 int64_t tpu__attr_i(const tpu__prep_t *pc, const char *name, int64_t def);
 float tpu__attr_f(const tpu__prep_t *pc, const char *name, float def);

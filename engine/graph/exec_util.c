@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "exec_internal.h"
+#include "tpu_internal.h"
 
 tpu_status_t tpu__prep_fail(tpu__prep_t *pc, tpu_status_t st, const char *fmt, ...) {
   char msg[400];
@@ -135,4 +136,8 @@ const tpu__kernel_t *tpu__graph_kernel(const char *op) {
     for (const tpu__kernel_t *k = tables[t]; k->op; k++)
       if (strcmp(k->op, op) == 0) return k;
   return NULL;
+}
+
+const tpu__vec_kernels_t *tpu__prep_vec(const tpu__prep_t *pc) {
+  return pc->engine && pc->engine->ks->vec ? pc->engine->ks->vec : &tpu__vec_ref;
 }

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "exec_internal.h"
+#include "tpu_kernels.h"
 
 #define R TPU_GRAPH_MAX_RANK
 
@@ -445,12 +446,8 @@ typedef void (*ew_un_fn)(void *o, const void *x, size_t n, double alpha);
     }                                                                                         \
   }
 
-/* Sigmoid without overflow: exp of a non-positive number only. */
-static inline float sigmoid_f(float x) {
-  if (x >= 0) return 1.0f / (1.0f + expf(-x));
-  float e = expf(x);
-  return e / (1.0f + e);
-}
+/* Sigmoid without overflow: exp of a non-positive number only. (FP32 Sigmoid, Tanh, Erf, Gelu
+ * and Exp are the kernel set's vector math instead: see prep_unary.) */
 static inline double sigmoid_d(double x) {
   if (x >= 0) return 1.0 / (1.0 + exp(-x));
   double e = exp(x);
@@ -477,22 +474,15 @@ EW_UN(abs_i32, int32_t, x < 0 ? (int32_t)(0 - (uint32_t)x) : x)
 EW_UN(abs_i8, int8_t, x < 0 ? (int8_t)(0 - (uint8_t)x) : x)
 EW_UN(leaky_f32, float, x < 0 ? alpha * x : x)
 EW_UN(leaky_f64, double, x < 0 ? alpha * x : x)
-EW_UN(sigmoid_f32, float, sigmoid_f(x))
 EW_UN(sigmoid_f64, double, sigmoid_d(x))
-EW_UN(tanh_f32, float, tanhf(x))
 EW_UN(tanh_f64, double, tanh(x))
-EW_UN(erf_f32, float, erff(x))
 EW_UN(erf_f64, double, erf(x))
-EW_UN(gelu_f32, float, 0.5f * x * (1.0f + erff(x * (float)SQRT1_2)))
 EW_UN(gelu_f64, double, 0.5 * x * (1.0 + erf(x * SQRT1_2)))
-EW_UN(gelu_tanh_f32, float,
-      0.5f * x * (1.0f + tanhf((float)SQRT2_PI * (x + 0.044715f * x * x * x))))
 EW_UN(gelu_tanh_f64, double, 0.5 * x * (1.0 + tanh(SQRT2_PI * (x + 0.044715 * x * x * x))))
 EW_UN(sqrt_f32, float, sqrtf(x))
 EW_UN(sqrt_f64, double, sqrt(x))
 EW_UN(recip_f32, float, 1.0f / x)
 EW_UN(recip_f64, double, 1.0 / x)
-EW_UN(exp_f32, float, expf(x))
 EW_UN(exp_f64, double, exp(x))
 EW_UN(log_f32, float, logf(x))
 EW_UN(log_f64, double, log(x))
@@ -504,27 +494,35 @@ typedef struct {
 } ew_un_entry_t;
 
 static const ew_un_entry_t un_fns[] = {
-    {"Relu", TPU_GRAPH_FP32, relu_f32},         {"Relu", TPU_GRAPH_FP64, relu_f64},
-    {"Relu", TPU_GRAPH_INT64, relu_i64},        {"Relu", TPU_GRAPH_INT32, relu_i32},
-    {"Relu", TPU_GRAPH_INT8, relu_i8},          {"Neg", TPU_GRAPH_FP32, neg_f32},
-    {"Neg", TPU_GRAPH_FP64, neg_f64},           {"Neg", TPU_GRAPH_INT64, neg_i64},
-    {"Neg", TPU_GRAPH_INT32, neg_i32},          {"Neg", TPU_GRAPH_INT8, neg_i8},
-    {"Abs", TPU_GRAPH_FP32, abs_f32},           {"Abs", TPU_GRAPH_FP64, abs_f64},
-    {"Abs", TPU_GRAPH_INT64, abs_i64},          {"Abs", TPU_GRAPH_INT32, abs_i32},
-    {"Abs", TPU_GRAPH_INT8, abs_i8},            {"LeakyRelu", TPU_GRAPH_FP32, leaky_f32},
-    {"LeakyRelu", TPU_GRAPH_FP64, leaky_f64},   {"Sigmoid", TPU_GRAPH_FP32, sigmoid_f32},
-    {"Sigmoid", TPU_GRAPH_FP64, sigmoid_f64},   {"Tanh", TPU_GRAPH_FP32, tanh_f32},
-    {"Tanh", TPU_GRAPH_FP64, tanh_f64},         {"Erf", TPU_GRAPH_FP32, erf_f32},
-    {"Erf", TPU_GRAPH_FP64, erf_f64},           {"Gelu", TPU_GRAPH_FP32, gelu_f32},
-    {"Gelu", TPU_GRAPH_FP64, gelu_f64},         {"Sqrt", TPU_GRAPH_FP32, sqrt_f32},
-    {"Sqrt", TPU_GRAPH_FP64, sqrt_f64},         {"Reciprocal", TPU_GRAPH_FP32, recip_f32},
-    {"Reciprocal", TPU_GRAPH_FP64, recip_f64},  {"Exp", TPU_GRAPH_FP32, exp_f32},
-    {"Exp", TPU_GRAPH_FP64, exp_f64},           {"Log", TPU_GRAPH_FP32, log_f32},
-    {"Log", TPU_GRAPH_FP64, log_f64},
+    {"Relu", TPU_GRAPH_FP32, relu_f32},        {"Relu", TPU_GRAPH_FP64, relu_f64},
+    {"Relu", TPU_GRAPH_INT64, relu_i64},       {"Relu", TPU_GRAPH_INT32, relu_i32},
+    {"Relu", TPU_GRAPH_INT8, relu_i8},         {"Neg", TPU_GRAPH_FP32, neg_f32},
+    {"Neg", TPU_GRAPH_FP64, neg_f64},          {"Neg", TPU_GRAPH_INT64, neg_i64},
+    {"Neg", TPU_GRAPH_INT32, neg_i32},         {"Neg", TPU_GRAPH_INT8, neg_i8},
+    {"Abs", TPU_GRAPH_FP32, abs_f32},          {"Abs", TPU_GRAPH_FP64, abs_f64},
+    {"Abs", TPU_GRAPH_INT64, abs_i64},         {"Abs", TPU_GRAPH_INT32, abs_i32},
+    {"Abs", TPU_GRAPH_INT8, abs_i8},           {"LeakyRelu", TPU_GRAPH_FP32, leaky_f32},
+    {"LeakyRelu", TPU_GRAPH_FP64, leaky_f64},  {"Sigmoid", TPU_GRAPH_FP64, sigmoid_f64},
+    {"Tanh", TPU_GRAPH_FP64, tanh_f64},        {"Erf", TPU_GRAPH_FP64, erf_f64},
+    {"Gelu", TPU_GRAPH_FP64, gelu_f64},        {"Sqrt", TPU_GRAPH_FP32, sqrt_f32},
+    {"Sqrt", TPU_GRAPH_FP64, sqrt_f64},        {"Reciprocal", TPU_GRAPH_FP32, recip_f32},
+    {"Reciprocal", TPU_GRAPH_FP64, recip_f64}, {"Exp", TPU_GRAPH_FP64, exp_f64},
+    {"Log", TPU_GRAPH_FP32, log_f32},          {"Log", TPU_GRAPH_FP64, log_f64},
+};
+
+/* FP32 ops the kernel set's vector math does (tpu_kernels.h: map). */
+static const struct {
+  const char *op;
+  tpu__vfn_t vfn;
+} un_vec[] = {
+    {"Sigmoid", TPU__VF_SIGMOID}, {"Tanh", TPU__VF_TANH}, {"Erf", TPU__VF_ERF},
+    {"Gelu", TPU__VF_GELU},       {"Exp", TPU__VF_EXP},
 };
 
 typedef struct {
-  ew_un_fn fn;
+  ew_un_fn fn;            /* or NULL: */
+  const tpu__vec_kernels_t *vec;
+  tpu__vfn_t vfn;
   double alpha;
 } ew_un_params_t;
 
@@ -532,19 +530,24 @@ static tpu_status_t prep_unary(tpu__prep_t *pc, tpu__step_t *s) {
   const char *op = s->op;
   const tpu__xt_t *x = s->in[0];
   ew_un_fn fn = NULL;
-  for (size_t i = 0; i < sizeof un_fns / sizeof un_fns[0] && !fn; i++)
+  int vfn = -1;
+  for (size_t i = 0; i < sizeof un_vec / sizeof un_vec[0] && x->dtype == TPU_GRAPH_FP32; i++)
+    if (strcmp(un_vec[i].op, op) == 0) vfn = (int)un_vec[i].vfn;
+  for (size_t i = 0; i < sizeof un_fns / sizeof un_fns[0] && !fn && vfn < 0; i++)
     if (strcmp(un_fns[i].op, op) == 0 && un_fns[i].dt == x->dtype) fn = un_fns[i].fn;
   int ints = strcmp(op, "Relu") == 0 || strcmp(op, "Neg") == 0 || strcmp(op, "Abs") == 0;
-  if (!fn)
+  if (!fn && vfn < 0)
     return tpu__prep_dtype(pc, x, ints ? "FP32, FP64, INT64, INT32 or INT8" : "FP32 or FP64");
-  double alpha = 0;
-  if (strcmp(op, "LeakyRelu") == 0) alpha = tpu__attr_f(pc, "alpha", 0.01f);
-  if (strcmp(op, "Gelu") == 0 && strcmp(tpu__attr_s(pc, "approximate", "none"), "tanh") == 0)
-    fn = x->dtype == TPU_GRAPH_FP32 ? gelu_tanh_f32 : gelu_tanh_f64;
   ew_un_params_t *p = calloc(1, sizeof *p);
   if (!p) return tpu__prep_fail(pc, TPU_ENOMEM, "out of memory");
   p->fn = fn;
-  p->alpha = alpha;
+  p->vfn = vfn < 0 ? TPU__VF_COUNT : (tpu__vfn_t)vfn;
+  if (strcmp(op, "LeakyRelu") == 0) p->alpha = tpu__attr_f(pc, "alpha", 0.01f);
+  if (strcmp(op, "Gelu") == 0 && strcmp(tpu__attr_s(pc, "approximate", "none"), "tanh") == 0) {
+    if (p->fn) p->fn = gelu_tanh_f64;
+    else p->vfn = TPU__VF_GELU_TANH;
+  }
+  if (!p->fn) p->vec = tpu__prep_vec(pc);
   s->params = p;
   s->param_bytes = sizeof *p;
   return TPU_OK;
@@ -552,7 +555,9 @@ static tpu_status_t prep_unary(tpu__prep_t *pc, tpu__step_t *s) {
 
 static tpu_status_t run_unary(tpu__run_ctx_t *rc, tpu__step_t *s) {
   const ew_un_params_t *p = s->params;
-  p->fn(s->out[0]->data, s->in[0]->data, s->out[0]->elems, p->alpha);
+  size_t n = s->out[0]->elems;
+  if (p->fn) p->fn(s->out[0]->data, s->in[0]->data, n, p->alpha);
+  else if (n) p->vec->map(p->vfn, s->in[0]->data, s->out[0]->data, n);
   return TPU_OK;
 }
 

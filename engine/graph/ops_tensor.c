@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "exec_internal.h"
+#include "tpu_kernels.h"
 
 /* ---- shared helpers ---- */
 
@@ -80,6 +81,7 @@ static tpu_status_t node_input_info(tpu__prep_t *pc, size_t i, tpu_graph_tensor_
 typedef struct {
   size_t outer, n, inner; /* the op runs over n elements strided by inner */
   int log;                /* LogSoftmax */
+  const tpu__vec_kernels_t *vec; /* FP32 Softmax over contiguous rows (inner 1) */
 } softmax_p;
 
 static tpu_status_t softmax_prepare(tpu__prep_t *pc, tpu__step_t *s) {
@@ -94,6 +96,7 @@ static tpu_status_t softmax_prepare(tpu__prep_t *pc, tpu__step_t *s) {
   p->n = old ? prod(x->dims, ax, x->rank) : (size_t)x->dims[ax];
   p->inner = old ? 1 : prod(x->dims, ax + 1, x->rank);
   p->log = strcmp(s->op, "LogSoftmax") == 0;
+  p->vec = tpu__prep_vec(pc);
   return TPU_OK;
 }
 
@@ -127,8 +130,16 @@ SOFTMAX_KERNEL(softmax_f64, double, exp)
 static tpu_status_t softmax_run(tpu__run_ctx_t *rc, tpu__step_t *s) {
   const softmax_p *p = s->params;
   if (p->n == 0) return TPU_OK;
-  if (s->in[0]->dtype == TPU_GRAPH_FP32) softmax_f32(p, s->in[0]->data, s->out[0]->data);
-  else softmax_f64(p, s->in[0]->data, s->out[0]->data);
+  if (s->in[0]->dtype == TPU_GRAPH_FP32 && p->inner == 1 && !p->log) {
+    /* the kernel set's softmax: the same rows as SOFTMAX_KERNEL's, exp vectorized */
+    float *y = s->out[0]->data;
+    memcpy(y, s->in[0]->data, p->outer * p->n * sizeof *y);
+    p->vec->softmax(y, p->outer, p->n);
+  } else if (s->in[0]->dtype == TPU_GRAPH_FP32) {
+    softmax_f32(p, s->in[0]->data, s->out[0]->data);
+  } else {
+    softmax_f64(p, s->in[0]->data, s->out[0]->data);
+  }
   return TPU_OK;
 }
 
@@ -140,6 +151,7 @@ typedef struct {
   const size_t *smap;    /* position in a row -> element of Scale; NULL when they coincide */
   const size_t *bmap;    /* likewise for B */
   tpu_graph_dtype_t stash; /* dtype of the Mean and InvStdDev outputs */
+  const tpu__vec_kernels_t *vec; /* FP32 rows with Scale and B in row order (no maps) */
 } layernorm_p;
 
 /* Elements of a [dims[ax..rank)] row that operand t (broadcast to it) holds at each position:
@@ -193,6 +205,7 @@ static tpu_status_t layernorm_prepare(tpu__prep_t *pc, tpu__step_t *s) {
   p->n = n;
   p->eps = tpu__attr_f(pc, "epsilon", 1e-5f);
   p->stash = stash;
+  p->vec = tpu__prep_vec(pc);
   if (need_s) {
     bcast_map(x, ax, sc, tab);
     p->smap = tab;
@@ -244,12 +257,23 @@ static tpu_status_t layernorm_run(tpu__run_ctx_t *rc, tpu__step_t *s) {
   const tpu__xt_t *sc = s->in[1], *b = s->nin > 2 ? s->in[2] : NULL;
   void *mean = s->nout > 1 && s->out[1] ? s->out[1]->data : NULL;
   void *inv = s->nout > 2 && s->out[2] ? s->out[2]->data : NULL;
-  if (s->in[0]->dtype == TPU_GRAPH_FP32)
+  if (s->in[0]->dtype == TPU_GRAPH_FP32 && !p->smap && !p->bmap) {
+    const float *x = s->in[0]->data;
+    float *y = s->out[0]->data;
+    for (size_t o = 0; o < p->outer; o++) {
+      double m, iv;
+      p->vec->layernorm(x + o * p->n, p->n, sc ? sc->data : NULL, b ? b->data : NULL, p->eps,
+                        y + o * p->n, &m, &iv);
+      if (mean) store_fp(mean, p->stash, o, m);
+      if (inv) store_fp(inv, p->stash, o, iv);
+    }
+  } else if (s->in[0]->dtype == TPU_GRAPH_FP32) {
     layernorm_f32(p, s->in[0]->data, sc ? sc->data : NULL, b ? b->data : NULL, s->out[0]->data,
                   mean, inv);
-  else
+  } else {
     layernorm_f64(p, s->in[0]->data, sc ? sc->data : NULL, b ? b->data : NULL, s->out[0]->data,
                   mean, inv);
+  }
   return TPU_OK;
 }
 
@@ -322,6 +346,7 @@ typedef struct {
   int block;
   size_t outer, n, inner;
   double *acc;         /* inner doubles, after the struct */
+  const tpu__vec_kernels_t *vec; /* acc_f64 for the sums */
 } reduce_p;
 
 /* Reads the axes of a Reduce node: an INTS attribute, or (from_input) the constant input 1. */
@@ -426,6 +451,7 @@ static tpu_status_t reduce_prepare(tpu__prep_t *pc, tpu__step_t *s) {
       q->n = copy.count;
       q->outer = q->out_elems / inner;
       q->acc = (double *)(q + 1);
+      q->vec = tpu__prep_vec(pc);
     }
   }
   return TPU_OK;
@@ -444,7 +470,7 @@ static void reduce_block_f32(const reduce_p *p, const float *x, float *y) {
           if (v > acc[i] || v != v) acc[i] = v; /* a NaN sticks, as in the general kernel */
         }
       } else {
-        for (size_t i = 0; i < p->inner; i++) acc[i] += row[i];
+        p->vec->acc_f64(acc, row, p->inner); /* the same additions, vectorized */
       }
     }
     float *yo = y + o * p->inner;

@@ -7,7 +7,9 @@
  * Both sets get the same random inputs (INT8 over the full range -128..127, so the u8·s8 bias
  * trick and -128 are exercised; floats in [-1, 1]); the set under test packs them from [N][K] or
  * [K][N] strides, ref from [N][K]. INT8 must be bit-exact in every output (INT32, FP32 and INT8,
- * with bias and relu or tanh: the epilogue is elementwise and specified to the bit). FP32 and
+ * with bias and relu: the epilogue is elementwise and specified to the bit); with tanh, equal
+ * bit for bit to the set's own vector tanh (tpu__vec_kernels_t.map) of the exact
+ * pre-activation, and within 4 ulp of the reference's libm tanhf. FP32 and
  * BF16 may sum in another order: |c - c_ref| <= 2e-5 · Σ_p |a·w| (+ one bf16 ulp of |c_ref|
  * for BF16 output, where the two roundings may land on neighbours), with Σ|a·w| from ref on |A|
  * and |W|. A set that this CPU cannot run is reported as skipped on stdout, never passed
@@ -104,7 +106,25 @@ static void kc_check_i8(const tpu__kernel_set_t *ks, size_t m, size_t k, size_t 
     g.c = f1, kc_run(ref, g, pr);
     g.c = f2, kc_run(kern, g, pk);
     snprintf(what, sizeof what, "%s INT8->FP32 %s", ks->name, tpu_act_name(g.act));
-    TPU_ASSERT_SEED(kc_cmp_exact(what, f1, f2, m * n, 4, m, k, n) == 0);
+    if (g.act != TPU_ACT_TANH) {
+      TPU_ASSERT_SEED(kc_cmp_exact(what, f1, f2, m * n, 4, m, k, n) == 0);
+      continue;
+    }
+    /* tanh is the set's vector math: bit for bit its map() of the exact pre-activation, and
+     * within a few ulp of the reference's (libm's tanhf is itself within 2.1). */
+    g.act = TPU_ACT_NONE;
+    float *pre = kc_alloc(m * n * 4);
+    g.c = pre, kc_run(kern, g, pk);
+    ks->vec->map(TPU__VF_TANH, pre, pre, m * n);
+    TPU_ASSERT_SEED(kc_cmp_exact(what, pre, f2, m * n, 4, m, k, n) == 0);
+    size_t far = 0;
+    for (size_t i = 0; i < m * n; i++) {
+      float d = fabsf(f1[i] - f2[i]), u = nextafterf(fabsf(f1[i]), INFINITY) - fabsf(f1[i]);
+      if (d > 4 * u) far++;
+    }
+    if (far) printf("\n  %s: %zu of %zu differ from ref by > 4 ulp\n", what, far, m * n);
+    TPU_ASSERT_SEED(far == 0);
+    free(pre);
   }
   g.bias = bias, g.act = TPU_ACT_RELU, g.out_dtype = TPU_DTYPE_INT8;
   g.out_scale = 0.02f * sqrtf((float)k);

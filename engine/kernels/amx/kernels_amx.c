@@ -189,4 +189,5 @@ const tpu__kernel_set_t tpu__kernels_amx = {
                                 .mr = MR,
                                 .nr = NR},
         },
+    .vec = &tpu__vec_avx512, /* the same AVX-512 code as the epilogue */
 };

@@ -18,14 +18,16 @@
  * most 2·128·128 = 32768, exact in int32, so the accumulators are the reference's exact int32
  * (the frame bounds k). The widened A of a 6-row block goes into the workspace once per block.
  *
- * Epilogue: bias is added with an explicit vector add (no FMA contraction); FP32 output with no
- * activation or relu is stored with masked vector stores; every other case spills 8 lanes and
- * finishes them with the reference's scalar helpers, so all epilogues are bit-exact.
+ * Epilogue: bias is added with an explicit vector add (no FMA contraction); relu is exact;
+ * gelu, tanh and sigmoid are the vector math of engine/kernels/vmath.h (within its documented
+ * ulp of the reference, the same bits as the avx512 set's); FP32 output is stored with masked
+ * vector stores, BF16 and INT8 output spills 8 lanes and finishes them with the reference's
+ * scalar helpers (exact).
  */
 #include <immintrin.h>
 #include <string.h>
 
-#include "tpu_kernels.h"
+#include "vec_avx2.h"
 
 #define MR 6
 #define NR 16
@@ -62,10 +64,15 @@ static void store8(const tpu__gemm_args_t *g, size_t i, size_t j, __m256 y, size
     _mm256_maskstore_ps((float *)g->c + at, mk, _mm256_andnot_ps(neg, y));
     return;
   }
+  y = tpu__v_act(g->act, y); /* engine/kernels/vmath.h: the same bits as this set's map() */
+  if (g->out_dtype == TPU_DTYPE_FP32) {
+    _mm256_maskstore_ps((float *)g->c + at, mk, y);
+    return;
+  }
   float t[8];
   _mm256_storeu_ps(t, y);
   for (size_t l = 0; l < cols && l < 8; l++) {
-    float v = g->act == TPU_ACT_NONE ? t[l] : tpu__act_fp32(g->act, t[l]);
+    float v = t[l];
     switch (g->out_dtype) {
     case TPU_DTYPE_FP32: ((float *)g->c)[at + l] = v; break;
     case TPU_DTYPE_BF16: ((uint16_t *)g->c)[at + l] = tpu__bf16_rne(v); break;
@@ -286,4 +293,5 @@ const tpu__kernel_set_t tpu__kernels_avx2 = {
                                 .mr = MR,
                                 .nr = NR},
         },
+    .vec = &tpu__vec_avx2,
 };

@@ -7,9 +7,9 @@
  * could contract into an FMA), so the results are bit-identical to the reference's scalar
  * helpers: bias add, relu as "y < 0 ? 0 : y" (NaN and -0 pass unchanged), BF16 round to nearest
  * even in integer arithmetic (VCVTNEPS2BF16 would flush denormals), INT8 requantization as a true
- * division, RNE rounding and a clamp. gelu, tanh and sigmoid call the reference's scalar
- * tpu__act_fp32 lane by lane, so they are bit-identical too (and slow; they are rare in the hot
- * path and exactness was worth more here than speed).
+ * division, RNE rounding and a clamp. gelu, tanh and sigmoid are the vector math of
+ * engine/kernels/vmath.h (within the few ulp of tpu__act_fp32 documented there, and
+ * bit-identical to the set's map(), so a fused activation equals the graph op).
  *
  * Only columns whose bit is set in `mk` are read (bias) or written (C): the caller passes the
  * mask of columns < n1, so C outside the block is never touched.
@@ -19,7 +19,7 @@
 
 #include <immintrin.h>
 
-#include "tpu_kernels.h"
+#include "vec_avx512.h"
 
 /* Column mask for `cols` valid columns of 16 (cols may exceed 16). */
 static inline __mmask16 tpu__mask16(size_t cols) {
@@ -37,13 +37,9 @@ static inline void tpu__ep_store16_avx512(const tpu__gemm_args_t *g, size_t i, s
   case TPU_ACT_RELU:
     y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(y, zero, _CMP_LT_OQ), zero);
     break;
-  default: {
-    float t[16];
-    _mm512_storeu_ps(t, y);
-    for (int l = 0; l < 16; l++) t[l] = tpu__act_fp32(g->act, t[l]);
-    y = _mm512_loadu_ps(t);
+  default:
+    y = tpu__v_act(g->act, y);
     break;
-  }
   }
   size_t at = i * g->ldc + j;
   switch (g->out_dtype) {

@@ -151,8 +151,8 @@ static size_t chunk_cols(size_t bytes_per_col) {
   }
 
 /* The general write-out of one register block (every activation and output dtype), kept out
- * of line: the scalar activations call tpu__act_fp32, and a call inside the micro-kernel would
- * make GCC spill the accumulators around the loop. The common epilogues (INT32 out; FP32 out
+ * of line: the transcendental activations need many registers, and inlined into the
+ * micro-kernel they would make GCC spill the accumulators around the loop. The common epilogues (INT32 out; FP32 out
  * with bias and none/relu) are written inline by store_f32 / store_i8 below instead. */
 static __attribute__((noinline)) void write_f32(const tpu__gemm_args_t *g, size_t i0, size_t j0,
                                                 size_t jn, size_t mr, size_t nv,
@@ -570,4 +570,5 @@ const tpu__kernel_set_t tpu__kernels_avx512 = {
                                 .mr = MR,
                                 .nr = NR},
         },
+    .vec = &tpu__vec_avx512,
 };

@@ -132,4 +132,5 @@ const tpu__kernel_set_t tpu__kernels_ref = {
                                 .mr = 1,
                                 .nr = 1},
         },
+    .vec = &tpu__vec_ref,
 };
