@@ -135,6 +135,8 @@ typedef struct {
   size_t offset;         /* byte offset of this tensor within a packed row */
   int has_range;         /* inputs: the values are table indices (Gather ids) ... */
   int64_t range_lo, range_hi; /* ... each in [range_lo, range_hi) */
+  int missing_ok;        /* inputs: NaN and ±Inf are values the model takes (tree ensembles:
+                          * NaN is a missing feature, ±Inf compares), not refused */
 } tpu_model_tensor_t;
 
 size_t tpu_model_input_count(const tpu_model_t *model);

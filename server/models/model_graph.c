@@ -209,6 +209,7 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
     m->nin = i + 1;
     tpu_model_tensor_t *t = &m->ins[i].t;
     t->has_range = tpu_graph_program_input_range(big, i, &t->range_lo, &t->range_hi);
+    t->missing_ok = cfg->format == TPU_MODEL_FORMAT_XGBOOST; /* NaN: a missing feature */
   }
   m->in_row = off;
   off = 0;

@@ -666,11 +666,11 @@ static int instance_load(tpu__repo_t *r, const char *name, const char *vdir, uin
   m->nout = tpu_model_output_count(m->model);
   for (size_t i = 0; i < m->nin; i++) {
     const tpu_model_tensor_t *t = tpu_model_input(m->model, i);
-    m->in_spec[i] = (tpu_tensor_spec_t){t->name, t->datatype, t->shape, t->rank};
+    m->in_spec[i] = (tpu_tensor_spec_t){t->name, t->datatype, t->shape, t->rank, t->missing_ok};
   }
   for (size_t j = 0; j < m->nout; j++) {
     const tpu_model_tensor_t *t = tpu_model_output(m->model, j);
-    m->out_spec[j] = (tpu_tensor_spec_t){t->name, t->datatype, t->shape, t->rank};
+    m->out_spec[j] = (tpu_tensor_spec_t){t->name, t->datatype, t->shape, t->rank, 0};
   }
   m->in_row = tpu_model_in_row_bytes(m->model);
   m->out_row = tpu_model_out_row_bytes(m->model);

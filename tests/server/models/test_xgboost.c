@@ -12,7 +12,9 @@
 
 #include "model_config.h"
 #include "safetensors.h"
+#include "stats.h"
 #include "tpu_test.h"
+#include "validate.h"
 #include "xgboost.h"
 
 #define DATA TPU_SOURCE_DIR "/tests/data/xgboost/"
@@ -278,7 +280,42 @@ static void test_config_format(void) {
   CU_ASSERT_PTR_NOT_NULL(strstr(err, "layers: not used with format \"xgboost\""));
 }
 
+/* Requests to a tree model's input may hold NaN (a missing feature) and ±Inf; other inputs
+ * still refuse them (dispatch/validate.c, spec.nonfinite_ok). */
+static void test_validate_missing_values(void) {
+  static const int64_t shape[2] = {-1, 3}, oshape[2] = {-1, 1};
+  float x[6] = {1, NAN, 2, INFINITY, -INFINITY, 0};
+  int64_t rs[2] = {2, 3};
+  tpu_vinput_t in = {.name = "input", .datatype = "FP32", .shape = rs, .rank = 2, .has_raw = 1,
+                     .raw = x, .raw_len = sizeof x};
+  tpu_vrequest_t r = {&in, 1, 1, NULL, 0};
+  tpu_vresult_t res;
+  char msg[512] = "";
+  for (int ok = 0; ok < 2; ok++) {
+    tpu_tensor_spec_t is = {"input", "FP32", shape, 2, ok}, os = {"margin", "FP32", oshape, 2, 0};
+    tpu_vmodel_t m = {"model 'trees' version 1", &is, 1, &os, 1};
+    int code = tpu_validate_infer(&m, &r, &res, msg, sizeof msg);
+    if (ok) {
+      CU_ASSERT_EQUAL(code, TPU_CODE_OK);
+      CU_ASSERT_EQUAL(res.rows, 2);
+    } else {
+      CU_ASSERT_EQUAL(code, TPU_CODE_INVALID_ARGUMENT);
+      CU_ASSERT_PTR_NOT_NULL(strstr(msg, "element [0,1] is NaN"));
+    }
+  }
+  in.has_raw = 0; /* typed contents alike */
+  in.raw = NULL;
+  in.raw_len = 0;
+  in.fp32 = x;
+  in.n_fp32 = 6;
+  r.n_raw = 0;
+  tpu_tensor_spec_t is = {"input", "FP32", shape, 2, 1}, os = {"margin", "FP32", oshape, 2, 0};
+  tpu_vmodel_t m = {"model 'trees' version 1", &is, 1, &os, 1};
+  CU_ASSERT_EQUAL(tpu_validate_infer(&m, &r, &res, msg, sizeof msg), TPU_CODE_OK);
+}
+
 TPU_TEST_SUITE(xgboost,
+               {"validate_missing_values", test_validate_missing_values},
                {"fixtures_match_library", test_fixtures_match_library},
                {"graph_shape", test_graph_shape},
                {"malformed", test_malformed},
