@@ -163,7 +163,8 @@ static tpu_status_t add_tree(ens_t *e, json_t *t, size_t ti, int64_t g, int64_t 
     FAIL(TPU_ENOMEM, "tree %zu: out of memory", ti);
   for (size_t i = 0; i < n; i++) id[i] = INT64_MIN;
   int64_t l0;
-  if (!elem_int(a[0], 0, &l0)) FAIL(TPU_EINVAL, "tree %zu node 0: left child is not an integer", ti);
+  if (!elem_int(a[0], 0, &l0))
+    FAIL(TPU_EINVAL, "tree %zu node 0: left child is not an integer", ti);
   size_t base_node = e->feat.n;
   pushi(e, &e->roots, (int64_t)base_node);
   if (l0 == -1) { /* a single leaf: one node, both branches to it */
@@ -305,8 +306,10 @@ tpu_status_t tpu_xgboost_to_graph(const char *json, size_t len, const char *inpu
   if (json_is_string(bsv)) {
     char *end;
     const char *s = json_string_value(bsv);
-    bs = strtof(s, &end);
-    if (end == s || *end) FAIL(TPU_EINVAL, "learner_model_param.base_score '%s' is not a number", s);
+    const char *p = s[0] == '[' ? s + 1 : s; /* later versions write one intercept as "[5E-1]" */
+    bs = strtof(p, &end);
+    if (end == p || (s[0] == '[' ? strcmp(end, "]") != 0 : *end != 0))
+      FAIL(TPU_EINVAL, "learner_model_param.base_score '%s' is not a number", s);
   } else if (json_is_number(bsv)) {
     bs = (float)json_number_value(bsv);
   } else {

@@ -93,7 +93,8 @@ static void leaf(ens_t *e, size_t i, int64_t target, float w) {
 }
 
 /* Two trees on two features, XGBoost's rule (BRANCH_LT, x < split is the true branch):
- *   tree 0: n0 x0 < 0.5 (NaN: true) -> n1 | leaf0 1.0;  n1 x1 < -1 (NaN: false) -> leaf1 2 | leaf2 3
+ *   tree 0: n0 x0 < 0.5 (NaN: true) -> n1 | leaf0 1.0;
+ *           n1 x1 < -1 (NaN: false) -> leaf1 2 | leaf2 3
  *   tree 1: n2 x1 < 0 (NaN: true) -> leaf3 0.25 | leaf4 -0.25
  * base 0.5. */
 static void two_trees(ens_t *e) {

@@ -111,19 +111,22 @@ expect_refusal bad_child "tree 2 node 1: left child 999 is out of range \[0, "
 expect_refusal bad_cycle "tree 1 node 1: right child 0 is reached twice (a cycle"
 expect_refusal bad_noleaf "tree 3: has no nodes, so no leaf"
 expect_refusal bad_feature "tree 5 node 0: splits on feature 40, beyond the model's 12 input"
-expect_refusal bad_width "model.json inputs\[0\] 'input' is FP32 \[-1,13\]; the graph says FP32 \[-1,12\]"
+expect_refusal bad_width \
+  "model.json inputs\[0\] 'input' is FP32 \[-1,13\]; the graph says FP32 \[-1,12\]"
 grep -q "model 'named' version 1: ready in .*input 'features' FP32 \[-1,12\]" "$LOG" &&
   ok "named: model.json's input name pinned ('features')" ||
   fail "named: $(grep "'named'" "$LOG")"
+ZEROS='0,0,0,0,0,0,0,0,0,0'
 code=$(curl -s -o "$WORK/named.json" -w '%{http_code}' -X POST \
   "http://127.0.0.1:$HPORT/v2/models/named/infer" -H 'Content-Type: application/json' \
-  -d '{"inputs":[{"name":"features","shape":[1,12],"datatype":"FP32","data":[0,1,0,0,0,0,0,0,0,0,0,0]}]}')
+  -d '{"inputs":[{"name":"features","shape":[1,12],"datatype":"FP32","data":[0,1,'$ZEROS']}]}')
 [ "$code" = 200 ] && grep -q '"probabilities"' "$WORK/named.json" &&
-  ok "named: HTTP infer by the pinned input name" || fail "named: HTTP $code $(cat "$WORK/named.json")"
+  ok "named: HTTP infer by the pinned input name" ||
+  fail "named: HTTP $code $(cat "$WORK/named.json")"
 code=$(curl -s -o "$WORK/badreq.json" -w '%{http_code}' -X POST \
   "http://127.0.0.1:$HPORT/v2/models/fraud_d6/infer" -H 'Content-Type: application/json' \
-  -d '{"inputs":[{"name":"input","shape":[1,11],"datatype":"FP32","data":[0,0,0,0,0,0,0,0,0,0,0]}]}')
-[ "$code" = 400 ] && ok "a row of 11 features for a 12-feature model: HTTP 400 $(cat "$WORK/badreq.json")" ||
+  -d '{"inputs":[{"name":"input","shape":[1,11],"datatype":"FP32","data":[0,'$ZEROS']}]}')
+[ "$code" = 400 ] && ok "11 features for a 12-feature model: HTTP 400 $(cat "$WORK/badreq.json")" ||
   fail "wrong width: HTTP $code $(cat "$WORK/badreq.json")"
 
 echo "-- 2. every reference row over every protocol ($((SECONDS - T0)) s)"

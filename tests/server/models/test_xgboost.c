@@ -130,6 +130,12 @@ static void test_graph_shape(void) {
   CU_ASSERT_EQUAL_FATAL(tpu_xgboost_to_graph(s, strlen(s), "features", &g, err, sizeof err),
                         TPU_OK);
   free(s);
+  j = fixture("multi_d3"); /* base_score as XGBoost 2 writes it: a one-element list */
+  json_object_set_new(json_object_get(json_object_get(j, "learner"), "learner_model_param"),
+                      "base_score", json_string("[5E-1]"));
+  tpu_graph_t *g2 = NULL;
+  CU_ASSERT_EQUAL(convert(j, &g2, err, sizeof err), TPU_OK);
+  tpu_graph_free(g2);
   CU_ASSERT_EQUAL(tpu_graph_input_count(g), 1);
   CU_ASSERT_EQUAL(tpu_graph_output_count(g), 3);
   tpu_graph_tensor_info_t ti;
