@@ -24,7 +24,8 @@
  *
  * Numerics are XGBoost's, so that its models are served bit for bit: a row's score per target
  * starts at base_values and adds each tree's leaf weight in tree order, in float32 (XGBoost's
- * CPU predictor accumulates so); ±Inf compare as ordinary numbers; LOGISTIC is
+ * CPU predictor accumulates so; the kernel walks blocks of 64 rows tree by tree, which keeps
+ * that order per row); ±Inf compare as ordinary numbers; LOGISTIC is
  * 1 / (1 + expf(-x)) in float; SOFTMAX subtracts the row maximum, sums expf terms in double and
  * divides by the float of the sum (XGBoost's common::Softmax). AVERAGE (forests from other
  * libraries) divides the leaf sum by the tree count and then adds base_values, as ONNX Runtime
@@ -65,6 +66,15 @@ typedef struct {
   const float *lweight;   /* nleaves */
   const float *base;      /* ntargets */
 } tree_p;
+
+/* A step's params: the ensemble, its own or (opts->share) the shared program's, which
+ * outlives this one. It does not depend on the batch size. */
+typedef struct {
+  const tree_p *e;
+  tree_p *owned;
+} tree_step_t;
+
+static void tree_release(void *params) { free(((tree_step_t *)params)->owned); }
 
 /* An INTS attribute (required or not): *v and *n, or NULL/0 when absent. */
 static tpu_status_t get_ints(tpu__prep_t *pc, const char *name, int required,
@@ -150,9 +160,9 @@ static tpu_status_t encode(tpu__prep_t *pc, size_t tree, size_t node, const char
   return TPU_OK;
 }
 
-static tpu_status_t tree_prepare(tpu__prep_t *pc, tpu__step_t *s) {
-  const tpu__xt_t *x = s->in[0];
-  if (x->dtype != TPU_GRAPH_FP32) return tpu__prep_dtype(pc, x, "FP32");
+/* Validates the node's attributes for an input of `width` columns and copies them into one
+ * block (*out, *out_bytes). */
+static tpu_status_t tree_build(tpu__prep_t *pc, size_t width, tree_p **out, size_t *out_bytes) {
   const int64_t *roots, *feat, *tid, *tleaf, *fid, *fleaf, *miss, *ltarget;
   size_t nroots, nfeat, ntid, ntleaf, nfid, nfleaf, nmiss, nlt, nsplit, nlw, nbase;
   const float *split, *lw, *base;
@@ -186,7 +196,6 @@ static tpu_status_t tree_prepare(tpu__prep_t *pc, tpu__step_t *s) {
     return tpu__prep_fail(pc, TPU_EINVAL, "leaf_weights has %zu entries, leaf_targetids %zu: "
                           "expected one per leaf each", nlw, nl);
   int64_t ntargets = tpu__attr_i(pc, "n_targets", 0);
-  size_t width = (size_t)x->dims[1];
   if (ntargets < 1 || ntargets > INT32_MAX)
     return tpu__prep_fail(pc, TPU_EINVAL, "attribute 'n_targets' is %lld, expected >= 1",
                           (long long)ntargets);
@@ -281,18 +290,41 @@ static tpu_status_t tree_prepare(tpu__prep_t *pc, tpu__step_t *s) {
   }
   free(seen);
   free(stack);
-  s->params = p;
-  s->param_bytes = bytes;
-  snprintf(s->desc, sizeof s->desc, "%zu trees, %zu nodes, %zu leaves, %zu targets: exact "
-           "traversal%s%s", nroots, nn, nl, (size_t)ntargets,
-           post == POST_LOGISTIC ? ", logistic" : post == POST_SOFTMAX ? ", softmax" : "",
-           agg == AGG_AVERAGE ? ", average" : "");
+  *out = p;
+  *out_bytes = bytes;
   return TPU_OK;
 fail:
   free(blk);
   free(seen);
   free(stack);
   return st;
+}
+
+static tpu_status_t tree_prepare(tpu__prep_t *pc, tpu__step_t *s) {
+  const tpu__xt_t *x = s->in[0];
+  if (x->dtype != TPU_GRAPH_FP32) return tpu__prep_dtype(pc, x, "FP32");
+  size_t width = (size_t)x->dims[1];
+  tree_step_t *ts = calloc(1, sizeof *ts);
+  if (!ts) return tpu__prep_fail(pc, TPU_ENOMEM, "out of memory");
+  s->params = ts;
+  s->release = tree_release;
+  const tree_step_t *sh = pc->shared;
+  if (sh && sh->e && sh->e->width == width) { /* validated and copied once per model */
+    ts->e = sh->e;
+    s->param_bytes = sizeof *ts;
+  } else {
+    size_t bytes = 0;
+    tpu_status_t st = tree_build(pc, width, &ts->owned, &bytes);
+    if (st != TPU_OK) return st; /* the program frees params (release, then free) */
+    ts->e = ts->owned;
+    s->param_bytes = sizeof *ts + bytes;
+  }
+  const tree_p *e = ts->e;
+  snprintf(s->desc, sizeof s->desc, "%zu trees, %zu nodes, %zu leaves, %zu targets: exact "
+           "traversal%s%s%s", e->ntrees, e->nnodes, e->nleaves, e->ntargets,
+           e->post == POST_LOGISTIC ? ", logistic" : e->post == POST_SOFTMAX ? ", softmax" : "",
+           e->agg == AGG_AVERAGE ? ", average" : "", ts->owned ? "" : " (trees shared)");
+  return TPU_OK;
 }
 
 /* Which branch a feature value takes at node n: 1 true, 0 false. */
@@ -325,38 +357,44 @@ static inline int32_t leaf_of(const tree_p *p, int32_t at, const float *row) {
   return ~at;
 }
 
+/* Rows per block: each tree is walked for a block of rows before the next tree, so its nodes
+ * stay in cache while the block's rows (64 x F floats) do too. Every row still adds its trees'
+ * leaves in tree order, so the sums are those of a row-by-row walk, bit for bit. */
+#define ROW_BLOCK 64
+
 static tpu_status_t tree_run(tpu__run_ctx_t *rc, tpu__step_t *s) {
   (void)rc;
-  const tree_p *p = s->params;
+  const tree_p *p = ((const tree_step_t *)s->params)->e;
   const float *x = s->in[0]->data;
   float *y = s->out[0]->data;
   float *raw = s->nout > 1 && s->out[1] ? s->out[1]->data : NULL;
   size_t rows = (size_t)s->in[0]->dims[0], nt = p->ntargets;
-  for (size_t i = 0; i < rows; i++) {
-    const float *row = x + i * p->width;
-    float *acc = y + i * nt;
-    if (p->agg == AGG_SUM)
-      for (size_t k = 0; k < nt; k++) acc[k] = p->base[k];
-    else
-      for (size_t k = 0; k < nt; k++) acc[k] = 0;
-    for (size_t t = 0; t < p->ntrees; t++) {
-      int32_t l = leaf_of(p, p->roots[t], row);
-      acc[p->ltarget[l]] += p->lweight[l];
-    }
-    if (p->agg == AGG_AVERAGE)
-      for (size_t k = 0; k < nt; k++) acc[k] = acc[k] / (float)p->ntrees + p->base[k];
-    if (raw) memcpy(raw + i * nt, acc, nt * sizeof *acc);
-    if (p->post == POST_LOGISTIC) {
-      for (size_t k = 0; k < nt; k++) acc[k] = 1.0f / (1.0f + expf(-acc[k]));
-    } else if (p->post == POST_SOFTMAX) {
-      float mx = acc[0];
-      for (size_t k = 1; k < nt; k++) mx = acc[k] > mx ? acc[k] : mx;
-      double sum = 0;
-      for (size_t k = 0; k < nt; k++) {
-        acc[k] = expf(acc[k] - mx);
-        sum += acc[k];
+  for (size_t r0 = 0; r0 < rows; r0 += ROW_BLOCK) {
+    size_t r1 = rows - r0 < ROW_BLOCK ? rows : r0 + ROW_BLOCK;
+    for (size_t i = r0; i < r1; i++)
+      for (size_t k = 0; k < nt; k++) y[i * nt + k] = p->agg == AGG_SUM ? p->base[k] : 0;
+    for (size_t t = 0; t < p->ntrees; t++)
+      for (size_t i = r0; i < r1; i++) {
+        int32_t l = leaf_of(p, p->roots[t], x + i * p->width);
+        y[i * nt + (size_t)p->ltarget[l]] += p->lweight[l];
       }
-      for (size_t k = 0; k < nt; k++) acc[k] /= (float)sum;
+    for (size_t i = r0; i < r1; i++) {
+      float *acc = y + i * nt;
+      if (p->agg == AGG_AVERAGE)
+        for (size_t k = 0; k < nt; k++) acc[k] = acc[k] / (float)p->ntrees + p->base[k];
+      if (raw) memcpy(raw + i * nt, acc, nt * sizeof *acc);
+      if (p->post == POST_LOGISTIC) {
+        for (size_t k = 0; k < nt; k++) acc[k] = 1.0f / (1.0f + expf(-acc[k]));
+      } else if (p->post == POST_SOFTMAX) {
+        float mx = acc[0];
+        for (size_t k = 1; k < nt; k++) mx = acc[k] > mx ? acc[k] : mx;
+        double sum = 0;
+        for (size_t k = 0; k < nt; k++) {
+          acc[k] = expf(acc[k] - mx);
+          sum += acc[k];
+        }
+        for (size_t k = 0; k < nt; k++) acc[k] /= (float)sum;
+      }
     }
   }
   return TPU_OK;
