@@ -289,6 +289,33 @@ static void test_random_against_reference(void) {
   }
 }
 
+/* A program compiled with opts.share reuses the validated ensemble of the one it shares with
+ * (model_graph.c compiles the largest bucket first) and computes the same. */
+static void test_shared_between_buckets(void) {
+  ens_t e;
+  random_ens(&e, 8, 5, 4, 2, 0);
+  tpu_graph_t *g = build(&e, 4);
+  tpu_graph_program_t *big = NULL, *small = NULL;
+  CU_ASSERT_FATAL(tpu_graph_compile(g, tg_engine(), 64, NULL, &big) == TPU_OK);
+  tpu_graph_compile_opts_t o = {.precision = TPU_DTYPE_FP32, .share = big};
+  CU_ASSERT_FATAL(tpu_graph_compile(g, tg_engine(), 3, &o, &small) == TPU_OK);
+  char d[512];
+  tpu_graph_program_describe(small, d, sizeof d);
+  CU_ASSERT_PTR_NOT_NULL(strstr(d, "8 trees"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(d, "(trees shared)"));
+  CU_ASSERT(tpu_graph_program_memory(small) < tpu_graph_program_memory(big));
+  float x[12], y[6], raw[6], want[6];
+  for (int i = 0; i < 12; i++) x[i] = i % 5 == 0 ? NAN : tpu_test_rand_float(-1, 1);
+  const void *ins[1] = {x};
+  void *outs[2] = {y, raw};
+  CU_ASSERT_FATAL(tpu_graph_program_run(small, ins, outs) == TPU_OK);
+  reference(&e, x, 3, 4, want);
+  for (int i = 0; i < 6; i++) TPU_ASSERT_SEED(raw[i] == want[i]);
+  tpu_graph_program_free(small);
+  tpu_graph_program_free(big);
+  tpu_graph_free(g);
+}
+
 /* Compiling e over `width` features fails with st and a message containing `want`. */
 static void refused(const ens_t *e, int64_t width, tpu_status_t st, const char *want) {
   tpu_graph_t *g = build(e, width);
@@ -388,4 +415,5 @@ TPU_TEST_SUITE(graph_tree,
                {"branches_nan_inf", test_branches_nan_inf},
                {"logistic_and_average", test_logistic_and_average},
                {"random_against_reference", test_random_against_reference},
+               {"shared_between_buckets", test_shared_between_buckets},
                {"refusals", test_refusals})
