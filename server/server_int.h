@@ -54,7 +54,7 @@ typedef struct tpu__model {
   tpu_tensor_spec_t in_spec[TPU_MODEL_MAX_IO], out_spec[TPU_MODEL_MAX_IO];
   size_t in_row, out_row; /* bytes of one packed row (tpu_model_in/out_row_bytes) */
   int batched;            /* tpu_model_batched */
-  const char *platform;   /* metadata's platform: "tpud" (dense) or "tpud_onnx" */
+  const char *platform;   /* metadata's platform: "tpud" (dense), "tpud_onnx", "tpud_xgboost" */
   tpu_vmodel_t vmodel;
   char label[200];    /* "model 'digits' version 1" */
   uint64_t memory_bytes; /* what the instance holds: model and batcher (tpu_model_load_opts_t) */

@@ -151,7 +151,9 @@ static tpu_status_t make_step(cctx_t *c, size_t node, tpu__step_t *s) {
 static tpu_status_t prepare(cctx_t *c, tpu__step_t *s, tpu_act_t act, const tpu__xt_t *bias,
                             const float *fold_scale, const float *fold_shift) {
   const tpu__gnode_t *nd = &c->g->nodes[s->node];
-  const tpu__kernel_t *k = nd->domain[0] ? NULL : tpu__graph_kernel(nd->op);
+  const tpu__kernel_t *k = !nd->domain[0] ? tpu__graph_kernel(nd->op)
+                           : strcmp(nd->domain, "ai.onnx.ml") == 0 ? tpu__graph_kernel_ml(nd->op)
+                                                                   : NULL;
   tpu__prep_t pc = {.g = c->g, .node = s->node, .label = s->label, .opset = nd->opset,
                     .engine = c->engine, .precision = node_precision(c, s->node),
                     .fuse_act = act, .fuse_bias = bias, .fold_scale = fold_scale,

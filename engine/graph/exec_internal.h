@@ -27,7 +27,8 @@
  *
  * Op tables: each ops_*.c file exports a table of {op name, prepare, run}; compile.c looks an
  * op up in all of them (tpu__graph_kernel). An op with one name in two tables is a bug the
- * graph unit tests catch.
+ * graph unit tests catch. Ops of the ai.onnx.ml domain have their own table and lookup
+ * (tpu__graph_kernel_ml); every other domain has no kernels.
  */
 #ifndef TPU_GRAPH_EXEC_INTERNAL_H
 #define TPU_GRAPH_EXEC_INTERNAL_H
@@ -151,8 +152,11 @@ extern const tpu__kernel_t tpu__kernels_elementwise[]; /* ops_elementwise.c */
 extern const tpu__kernel_t tpu__kernels_tensor[];      /* ops_tensor.c */
 extern const tpu__kernel_t tpu__kernels_matmul[];      /* ops_matmul.c */
 extern const tpu__kernel_t tpu__kernels_quant[];       /* ops_quant.c */
+extern const tpu__kernel_t tpu__kernels_ml[];          /* ops_tree.c: domain ai.onnx.ml */
 
 /* The kernel of an op in the default domain, or NULL. */
 const tpu__kernel_t *tpu__graph_kernel(const char *op);
+/* The kernel of an op in the ai.onnx.ml domain (TreeEnsemble), or NULL (ops_tree.c). */
+const tpu__kernel_t *tpu__graph_kernel_ml(const char *op);
 
 #endif /* TPU_GRAPH_EXEC_INTERNAL_H */

@@ -1104,6 +1104,29 @@ static tpu_status_t op_constant(ctx_t *c) {
                "value_float(s), value_int(s))", a->name);
 }
 
+/* ai.onnx.ml TreeEnsemble (ops_tree.c validates the trees): X FP32 [N, F] to Y FP32
+ * [N, n_targets], and the optional second output (the scores before post_transform) alike. */
+static tpu_status_t op_tree_ensemble(ctx_t *c) {
+  tpu_status_t st;
+  int64_t nt;
+  char s1[SHAPE_STR];
+  if ((st = arity(c, 1, 1, 2)) != TPU_OK) return st;
+  tpu__gtensor_t *x = in_t(c, 0);
+  if (x->idtype != TPU_GRAPH_FP32)
+    return cfail(c, TPU_EDTYPE, "input '%s' is %s, expected FP32", x->name,
+                 tpu_graph_dtype_name(x->idtype));
+  if (x->irank != 2)
+    return cfail(c, TPU_ESHAPE, "input '%s' has shape %s, expected [N, features]", x->name,
+                 shp(x, s1));
+  if ((st = attr_int(c, "n_targets", 0, &nt)) != TPU_OK) return st;
+  if (nt < 1 || nt > (int64_t)1 << 31)
+    return cfail(c, TPU_EINVAL, "attribute 'n_targets' is %lld, expected a positive count",
+                 (long long)nt);
+  int64_t d[2] = {x->idims[0], nt};
+  if ((st = set_out(c, 0, TPU_GRAPH_FP32, 2, d)) != TPU_OK) return st;
+  return set_out(c, 1, TPU_GRAPH_FP32, 2, d);
+}
+
 typedef struct {
   const char *op;
   tpu_status_t (*rule)(ctx_t *);
@@ -1136,6 +1159,10 @@ static const op_rule_t rules[] = {
     {"QuantizeLinear", op_quantize}, {"DequantizeLinear", op_dequantize},
     {"MatMulInteger", op_matmul_integer}, {"QLinearMatMul", op_qlinear_matmul},
     {"DynamicQuantizeLinear", op_dynamic_quantize},
+};
+
+static const op_rule_t ml_rules[] = { /* domain ai.onnx.ml */
+    {"TreeEnsemble", op_tree_ensemble},
 };
 
 tpu_status_t tpu_graph_infer(tpu_graph_t *g, int64_t batch) {
@@ -1177,6 +1204,9 @@ tpu_status_t tpu_graph_infer(tpu_graph_t *g, int64_t batch) {
     if (c.nd->domain[0] == 0)
       for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++)
         if (strcmp(rules[r].op, c.nd->op) == 0) rule = &rules[r];
+    if (strcmp(c.nd->domain, "ai.onnx.ml") == 0)
+      for (size_t r = 0; r < sizeof ml_rules / sizeof ml_rules[0]; r++)
+        if (strcmp(ml_rules[r].op, c.nd->op) == 0) rule = &ml_rules[r];
     if (!rule) {
       st = tpu__graph_fail(g, TPU_ENOTSUP, "%s: op '%s%s%s' (opset %d) is not supported", c.lb,
                            c.nd->domain, c.nd->domain[0] ? "." : "", c.nd->op, c.nd->opset);

@@ -11,7 +11,9 @@
  * Non-finite values: NaN and infinities are refused in every floating-point input (FP32, FP16,
  * BF16, FP64, MatMul's operands too). No answer of tpud holds one (dispatch/methods.c and compute/mmpool.c
  * refuse a result that overflows), JSON cannot carry one, and a NaN in a score is worse than an
- * error: computing on it would only hide where it came from.
+ * error: computing on it would only hide where it came from. The exception is an input whose
+ * spec says nonfinite_ok: tree ensembles (XGBoost) take NaN as a missing feature and compare
+ * ±Inf like any number, as their library does.
  */
 #include "validate.h"
 
@@ -262,7 +264,7 @@ int tpu_validate_infer(const tpu_vmodel_t *m, const tpu_vrequest_t *r, tpu_vresu
         return SHAPE_TEXTS(), fail(msg, msglen, "input '%s': shape %s needs %zu bytes of %s data, got %zu", nm,
                     s, bytes, dt, in->raw_len);
       res->data[mi] = in->raw;
-      size_t bad = first_nonfinite(dt, in->raw, count);
+      size_t bad = spec->nonfinite_ok ? count : first_nonfinite(dt, in->raw, count);
       if (bad < count)
         return fail_nonfinite(msg, msglen, what, dt, in->raw, bad, in->shape, in->rank);
     } else if (in->n_other_typed > 0) {
@@ -280,7 +282,7 @@ int tpu_validate_infer(const tpu_vmodel_t *m, const tpu_vrequest_t *r, tpu_vresu
                     "%zu",
                     nm, s, count, in->n_fp32);
       res->data[mi] = in->fp32;
-      size_t bad = first_nonfinite("FP32", in->fp32, count);
+      size_t bad = spec->nonfinite_ok ? count : first_nonfinite("FP32", in->fp32, count);
       if (bad < count)
         return fail_nonfinite(msg, msglen, what, "FP32", in->fp32, bad, in->shape, in->rank);
     }

@@ -27,6 +27,7 @@ typedef struct {
   const char *datatype; /* "FP32", ... */
   const int64_t *shape;
   size_t rank;
+  int nonfinite_ok; /* inputs: NaN and infinities are accepted (tree models: NaN = missing) */
 } tpu_tensor_spec_t;
 
 typedef struct {

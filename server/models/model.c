@@ -583,7 +583,7 @@ tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *n
     rc = fail(err, errlen, TPU_EINVAL, dir, "path too long");
     goto fail;
   }
-  if (cfg->format == TPU_MODEL_FORMAT_ONNX) {
+  if (cfg->format != TPU_MODEL_FORMAT_DENSE) { /* onnx, xgboost: a graph from the model file */
     if ((rc = tpu__model_load_graph(m, ck, o, &sys, err, errlen)) != TPU_OK) goto fail;
     m->memory_bytes = o ? o->memory_bytes : 0;
   } else if ((rc = load_dense(m, ck, o, &sys, err, errlen)) != TPU_OK) {
@@ -1094,7 +1094,10 @@ size_t tpu_model_in_row_bytes(const tpu_model_t *m) { return m ? m->in_row : 0; 
 size_t tpu_model_out_row_bytes(const tpu_model_t *m) { return m ? m->out_row : 0; }
 int tpu_model_batched(const tpu_model_t *m) { return m ? m->batched : 0; }
 const char *tpu_model_format_name(const tpu_model_t *m) {
-  return m && m->cfg->format == TPU_MODEL_FORMAT_ONNX ? "onnx" : "dense";
+  if (!m) return "dense";
+  return m->cfg->format == TPU_MODEL_FORMAT_ONNX      ? "onnx"
+         : m->cfg->format == TPU_MODEL_FORMAT_XGBOOST ? "xgboost"
+                                                      : "dense";
 }
 const char *tpu_model_reference_result(const tpu_model_t *m) { return m ? m->reference : ""; }
 const char *tpu_model_calibration(const tpu_model_t *m) { return m ? m->calibrated : ""; }
@@ -1118,7 +1121,7 @@ tpu_dtype_t tpu_model_precision(const tpu_model_t *m) {
 }
 size_t tpu_model_layer_count(const tpu_model_t *m) {
   if (!m) return 0;
-  if (m->cfg->format == TPU_MODEL_FORMAT_ONNX)
+  if (m->cfg->format != TPU_MODEL_FORMAT_DENSE)
     return tpu_graph_program_step_count(m->progs[m->cfg->nbuckets - 1]);
   return m->nlayers;
 }

@@ -135,6 +135,8 @@ typedef struct {
   size_t offset;         /* byte offset of this tensor within a packed row */
   int has_range;         /* inputs: the values are table indices (Gather ids) ... */
   int64_t range_lo, range_hi; /* ... each in [range_lo, range_hi) */
+  int missing_ok;        /* inputs: NaN and ±Inf are values the model takes (tree ensembles:
+                          * NaN is a missing feature, ±Inf compares), not refused */
 } tpu_model_tensor_t;
 
 size_t tpu_model_input_count(const tpu_model_t *model);
@@ -147,7 +149,7 @@ size_t tpu_model_out_row_bytes(const tpu_model_t *model);
 /* 1 when requests are batched along dimension 0; 0 for a model served at its fixed shape (one
  * bucket of 1 row: the whole tensor). */
 int tpu_model_batched(const tpu_model_t *model);
-/* "dense" or "onnx". */
+/* "dense", "onnx" or "xgboost" (model.json's format). */
 const char *tpu_model_format_name(const tpu_model_t *model);
 /* What int8 calibration did ("" without one), e.g. "calibrated on 1000 rows: 3 matmul nodes,
  * smoothing alpha 0.50, per-row activation scales; widest input channel range 5e+04:1". */

@@ -486,8 +486,9 @@ static tpu_status_t parse_checkpoint(ctx_t *c, json_t *o, tpu_model_config_t *cf
   json_t *f = json_object_get(o, "file");
   if (f) {
     if ((rc = get_file(c, "checkpoint.file", f, &cfg->checkpoint_file)) != TPU_OK) return rc;
-  } else if (!(cfg->checkpoint_file = strdup(cfg->format == TPU_MODEL_FORMAT_ONNX
-                                                 ? "model.onnx"
+  } else if (!(cfg->checkpoint_file = strdup(cfg->format == TPU_MODEL_FORMAT_ONNX ? "model.onnx"
+                                             : cfg->format == TPU_MODEL_FORMAT_XGBOOST
+                                                 ? "xgboost.json"
                                                  : "model.safetensors"))) {
     return fail(c, TPU_ENOMEM, "out of memory");
   }
@@ -587,10 +588,11 @@ tpu_status_t tpu_model_config_parse(const char *json, size_t len, const char *na
     const char *fs = json_is_string(fmt) ? json_string_value(fmt) : "";
     if (strcmp(fs, "onnx") == 0) {
       cfg->format = TPU_MODEL_FORMAT_ONNX;
+    } else if (strcmp(fs, "xgboost") == 0) {
+      cfg->format = TPU_MODEL_FORMAT_XGBOOST;
     } else if (strcmp(fs, "dense") != 0) {
-      rc = fail(&c, TPU_EINVAL, "format: expected \"dense\" or \"onnx\", got %s%s",
-                got(g, sizeof g, fmt),
-                strcmp(fs, "xgboost") == 0 ? " (XGBoost models are not supported yet)" : "");
+      rc = fail(&c, TPU_EINVAL, "format: expected \"dense\", \"onnx\" or \"xgboost\", got %s",
+                got(g, sizeof g, fmt));
       goto fail;
     }
   }
@@ -622,8 +624,9 @@ tpu_status_t tpu_model_config_parse(const char *json, size_t len, const char *na
     }
   } else {
     if (json_object_get(root, "layers")) {
-      rc = fail(&c, TPU_EINVAL, "layers: not used with format \"onnx\" (the graph in the "
-                "model file replaces the layer chain); remove it");
+      rc = fail(&c, TPU_EINVAL, "layers: not used with format \"%s\" (the graph in the "
+                "model file replaces the layer chain); remove it",
+                cfg->format == TPU_MODEL_FORMAT_ONNX ? "onnx" : "xgboost");
       goto fail;
     }
     if ((rc = parse_io_list(&c, "inputs", json_object_get(root, "inputs"), &cfg->inputs,
@@ -648,6 +651,12 @@ tpu_status_t tpu_model_config_parse(const char *json, size_t len, const char *na
                 got(g, sizeof g, p));
       goto fail;
     }
+  }
+  if (cfg->format == TPU_MODEL_FORMAT_XGBOOST && cfg->precision != TPU_DTYPE_FP32) {
+    rc = fail(&c, TPU_EINVAL, "precision: format \"xgboost\" takes only \"fp32\" (trees "
+              "compare and sum exactly in float32; nothing is quantized), got %s",
+              got(g, sizeof g, p));
+    goto fail;
   }
   if ((rc = parse_calibration(&c, json_object_get(root, "calibration"), cfg)) != TPU_OK)
     goto fail;

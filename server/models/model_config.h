@@ -18,6 +18,10 @@
  *     outputs may be omitted (taken from the graph) or list up to TPU_MODEL_MAX_IO tensors of
  *     any OIP datatype the graph IR holds, checked against the graph at load (model.c);
  *     precision_overrides names nodes kept in FP32; checkpoint.file defaults to "model.onnx".
+ *     format "xgboost": as "onnx" for layers, inputs and outputs (the loader's are one FP32
+ *     input [-1, num_feature] and the outputs xgboost.h lists); precision must be "fp32"
+ *     (trees compare and sum exactly; nothing is quantized), no precision_overrides or
+ *     calibration; checkpoint.file defaults to "xgboost.json".
  *   - calibration (optional, precision int8 only): {"file", "sha256", "smoothing" (SmoothQuant's
  *     alpha, default 0.5, 0 = off), "static" (default false: per-row dynamic activation
  *     scales)}; the file holds input.NAME tensors (rows along dimension 0), read at load.
@@ -72,7 +76,8 @@ extern "C" {
 /* What the checkpoint is (model.json "format"). */
 typedef enum {
   TPU_MODEL_FORMAT_DENSE = 0, /* safetensors weights and the layers chain */
-  TPU_MODEL_FORMAT_ONNX       /* an ONNX model file; the graph replaces layers */
+  TPU_MODEL_FORMAT_ONNX,      /* an ONNX model file; the graph replaces layers */
+  TPU_MODEL_FORMAT_XGBOOST    /* an XGBoost JSON model (Booster.save_model); trees, exactly */
 } tpu_model_format_t;
 
 /* One entry of inputs or outputs: an OIP datatype ("FP32", "FP16", "BF16", "FP64", "INT64",

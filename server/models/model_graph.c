@@ -1,6 +1,7 @@
 /*
- * model_graph.c - model versions of format "onnx": the verified .onnx file decoded
- * (onnx.c), turned into the graph IR (onnx_graph.c) and compiled into one program per batch
+ * model_graph.c - model versions of format "onnx" and "xgboost": the verified .onnx file
+ * decoded (onnx.c) and turned into the graph IR (onnx_graph.c), or the XGBoost JSON model
+ * turned into one (xgboost.c), and compiled into one program per batch
  * bucket (engine/graph), behind the same tpu_model_t as the dense chain (model_int.h).
  *
  * DESIGN
@@ -29,6 +30,7 @@
 #include "onnx.h"
 #include "onnx_graph.h"
 #include "tpu_text.h"
+#include "xgboost.h"
 
 #define fail(err, errlen, status, where, fmt, ...) \
   tpu_errf_ret((status), (err), (errlen), "%s: " fmt, (where), ##__VA_ARGS__)
@@ -121,13 +123,20 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
     return fail(err, errlen, TPU_EINVAL, ck, "SHA-256 mismatch: the file's digest is %s, "
                 "expected %s (corrupt, partially copied or replaced file)", got, cfg->sha256);
   }
-  /* The decoder prefixes its messages with the name given: the file's path. */
-  rc = tpu_onnx_parse(buf, len, ck, m->dir, &om, err, errlen);
-  free(buf);
-  if (rc != TPU_OK) return rc;
-  rc = tpu_onnx_to_graph(om, &m->graph, rerr, sizeof rerr);
-  tpu_onnx_free(om);
-  if (rc != TPU_OK) return fail(err, errlen, rc, ck, "%s", rerr);
+  if (cfg->format == TPU_MODEL_FORMAT_XGBOOST) { /* trees: the input named as model.json pins */
+    rc = tpu_xgboost_to_graph(buf, len, cfg->ninputs ? cfg->inputs[0].name : NULL, &m->graph,
+                              rerr, sizeof rerr);
+    free(buf);
+    if (rc != TPU_OK) return fail(err, errlen, rc, ck, "%s", rerr);
+  } else {
+    /* The decoder prefixes its messages with the name given: the file's path. */
+    rc = tpu_onnx_parse(buf, len, ck, m->dir, &om, err, errlen);
+    free(buf);
+    if (rc != TPU_OK) return rc;
+    rc = tpu_onnx_to_graph(om, &m->graph, rerr, sizeof rerr);
+    tpu_onnx_free(om);
+    if (rc != TPU_OK) return fail(err, errlen, rc, ck, "%s", rerr);
+  }
 
   /* Batched or fixed: from the graph inputs' dimension 0. */
   size_t nin = tpu_graph_input_count(m->graph), nout = tpu_graph_output_count(m->graph);
@@ -200,6 +209,7 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
     m->nin = i + 1;
     tpu_model_tensor_t *t = &m->ins[i].t;
     t->has_range = tpu_graph_program_input_range(big, i, &t->range_lo, &t->range_hi);
+    t->missing_ok = cfg->format == TPU_MODEL_FORMAT_XGBOOST; /* NaN: a missing feature */
   }
   m->in_row = off;
   off = 0;

@@ -666,16 +666,18 @@ static int instance_load(tpu__repo_t *r, const char *name, const char *vdir, uin
   m->nout = tpu_model_output_count(m->model);
   for (size_t i = 0; i < m->nin; i++) {
     const tpu_model_tensor_t *t = tpu_model_input(m->model, i);
-    m->in_spec[i] = (tpu_tensor_spec_t){t->name, t->datatype, t->shape, t->rank};
+    m->in_spec[i] = (tpu_tensor_spec_t){t->name, t->datatype, t->shape, t->rank, t->missing_ok};
   }
   for (size_t j = 0; j < m->nout; j++) {
     const tpu_model_tensor_t *t = tpu_model_output(m->model, j);
-    m->out_spec[j] = (tpu_tensor_spec_t){t->name, t->datatype, t->shape, t->rank};
+    m->out_spec[j] = (tpu_tensor_spec_t){t->name, t->datatype, t->shape, t->rank, 0};
   }
   m->in_row = tpu_model_in_row_bytes(m->model);
   m->out_row = tpu_model_out_row_bytes(m->model);
   m->batched = tpu_model_batched(m->model);
-  m->platform = strcmp(tpu_model_format_name(m->model), "onnx") == 0 ? "tpud_onnx" : "tpud";
+  const char *fmt = tpu_model_format_name(m->model);
+  m->platform = strcmp(fmt, "onnx") == 0 ? "tpud_onnx"
+                : strcmp(fmt, "xgboost") == 0 ? "tpud_xgboost" : "tpud";
   m->vmodel = (tpu_vmodel_t){m->label, m->in_spec, m->nin, m->out_spec, m->nout};
   bucket_costs(m, nb);
   tpu_batcher_config_t bc = {

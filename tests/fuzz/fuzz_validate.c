@@ -25,16 +25,16 @@
 
 static const int64_t digits_in_shape[] = {-1, 64};
 static const int64_t digits_out_shape[] = {-1, 10};
-static const tpu_tensor_spec_t digits_in[] = {{"x", "FP32", digits_in_shape, 2}};
-static const tpu_tensor_spec_t digits_out[] = {{"y", "FP32", digits_out_shape, 2}};
+static const tpu_tensor_spec_t digits_in[] = {{"x", "FP32", digits_in_shape, 2, 0}};
+static const tpu_tensor_spec_t digits_out[] = {{"y", "FP32", digits_out_shape, 2, 0}};
 
 static const int64_t two_a_shape[] = {-1, 3};
 static const int64_t two_b_shape[] = {2, -1, 2};
 static const int64_t two_o_shape[] = {-1};
-static const tpu_tensor_spec_t two_in[] = {{"a", "FP32", two_a_shape, 2},
-                                           {"b", "INT8", two_b_shape, 3}};
-static const tpu_tensor_spec_t two_out[] = {{"p", "FP32", two_o_shape, 1},
-                                            {"q", "BF16", two_o_shape, 1}};
+static const tpu_tensor_spec_t two_in[] = {{"a", "FP32", two_a_shape, 2, 0},
+                                           {"b", "INT8", two_b_shape, 3, 0}};
+static const tpu_tensor_spec_t two_out[] = {{"p", "FP32", two_o_shape, 1, 0},
+                                            {"q", "BF16", two_o_shape, 1, 0}};
 
 static const tpu_vmodel_t models[2] = {
     {"model 'digits' version 1", digits_in, 1, digits_out, 1},

@@ -1,0 +1,147 @@
+#!/bin/bash
+# test_xgboost.sh - XGBoost JSON models ("format": "xgboost") served by the real tpud, checked
+# against the library's own predictions stored with the fixtures (tests/data/xgboost/*/1/,
+# written by models/export_xgboost_examples.py). The assertions on outputs live in
+# xgboost_serving.py (numpy and grpcio only):
+#   1. the four fixtures load with the reference check passed (XGBoost's outputs on 1000 rows
+#      with NaN and ±Inf, tolerance 1e-6); beside them, malformed models (broken JSON, a child
+#      id out of range, a cycle, a tree with no nodes, a feature beyond num_feature, model.json
+#      pinning a wrong input width) are refused with a message naming the tree and node (the
+#      file and the field) while the good ones serve; model.json pinning the input's name works.
+#   2. every reference row over HTTP (binary tensors, JSON), gRPC (raw, typed) and the framed
+#      protocol (tpuctl): probabilities within 1e-6, margins within 1e-5, labels equal (`serve`);
+#      with python3-xgboost installed, 10,000 fresh rows per model against the library (`fresh`).
+# $1 = build directory, $2 = source directory.
+set -u
+BUILD=$(cd "$1" && pwd)
+SRC=$(cd "$2" && pwd)
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # tpud_ports
+TPUD=$BUILD/server/tpud
+TPUCTL=$BUILD/client/tpuctl
+HELPER=$SRC/tests/integration/xgboost_serving.py
+DATA=$SRC/tests/data/xgboost
+for b in "$TPUD" "$TPUCTL"; do [ -x "$b" ] || { echo "$b not built"; exit 1; }; done
+for c in protoc grpc_python_plugin; do
+  command -v $c >/dev/null || { echo "$c missing (deploy/deps.sh installs it)"; exit 1; }
+done
+PY=/usr/bin/python3
+[ -x $PY ] || PY=python3
+$PY -c 'import grpc, google.protobuf, numpy' 2>/dev/null ||
+  { echo "python3-grpcio, -protobuf or -numpy missing (deploy/deps.sh installs them)"; exit 1; }
+
+WORK=$(mktemp -d)
+PID=
+cleanup() {
+  [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+FAIL=0
+fail() { echo "FAIL: $*"; FAIL=1; }
+ok() { echo "ok: $*"; }
+T0=$SECONDS
+
+GEN=$WORK/gen
+mkdir -p "$GEN"
+protoc -I "$SRC/proto" --python_out="$GEN" --grpc_python_out="$GEN" \
+  --plugin=protoc-gen-grpc_python="$(command -v grpc_python_plugin)" \
+  "$SRC/proto/grpc_service.proto" 2>"$WORK/protoc.err" && [ -f "$GEN/grpc_service_pb2_grpc.py" ] ||
+  { echo "FAIL: protoc: $(cat "$WORK/protoc.err")"; exit 1; }
+
+# ---- the repository: the fixtures, malformed variants of fraud_d6, a pinned input name ----
+REPO=$WORK/repo
+mkdir -p "$REPO"
+for d in "$DATA"/*/; do cp -r "$d" "$REPO/"; done
+$PY - "$DATA/fraud_d6/1" "$REPO" <<'EOF' || { echo "FAIL: could not write the variants"; exit 1; }
+import hashlib, json, os, sys
+src, repo = sys.argv[1], sys.argv[2]
+text = open(os.path.join(src, "xgboost.json")).read()
+
+def variant(name, body, inputs=None, reference=False):
+    d = os.path.join(repo, name, "1")
+    os.makedirs(d)
+    raw = body.encode()
+    open(os.path.join(d, "xgboost.json"), "wb").write(raw)
+    cfg = {"format": "xgboost",
+           "checkpoint": {"file": "xgboost.json", "sha256": hashlib.sha256(raw).hexdigest()},
+           "batching": {"max_batch_size": 8, "buckets": [1, 8]}}
+    if inputs:
+        cfg["inputs"] = inputs
+    open(os.path.join(d, "model.json"), "w").write(json.dumps(cfg))
+
+def edit(fn):
+    j = json.loads(text)
+    fn(j["learner"]["gradient_booster"]["model"]["trees"])
+    return json.dumps(j)
+
+def no_nodes(t):
+    for k in ("left_children", "right_children", "split_indices", "split_conditions",
+              "default_left"):
+        t[3][k] = []
+
+variant("bad_json", text[: len(text) // 2])
+variant("bad_child", edit(lambda t: t[2]["left_children"].__setitem__(1, 999)))
+variant("bad_cycle", edit(lambda t: t[1]["right_children"].__setitem__(1, 0)))
+variant("bad_noleaf", edit(no_nodes))
+variant("bad_feature", edit(lambda t: t[5]["split_indices"].__setitem__(0, 40)))
+variant("bad_width", text, inputs=[{"name": "input", "datatype": "FP32", "shape": [-1, 13]}])
+variant("named", text, inputs=[{"name": "features", "datatype": "FP32", "shape": [-1, 12]}])
+EOF
+
+LOG=$WORK/tpud.log
+"$TPUD" --models "$REPO" --port 0 --http-port 0 --poll-seconds 0 2>"$LOG" &
+PID=$!
+tpud_ports "$LOG" $PID || exit 1
+
+echo "-- 1. loading: the fixtures with the reference check, the malformed models refused"
+n=$(grep -c "ready in .*(xgboost.*reference check passed: 1000 rows" "$LOG")
+[ "$n" = 4 ] && ok "log: four xgboost fixtures ready with 'reference check passed: 1000 rows'" ||
+  fail "log: $n ready lines: $(grep -E "ready|failed" "$LOG")"
+expect_refusal() { # MODEL PATTERN
+  local line
+  line=$(grep "model '$1' version 1: load failed" "$LOG")
+  if [ -n "$line" ] && echo "$line" | grep -q -- "$2"; then
+    ok "$1 refused: ${line#*load failed: }"
+  else
+    fail "$1: expected a load failure matching '$2', log: ${line:-$(grep "'$1'" "$LOG")}"
+  fi
+}
+expect_refusal bad_json "not valid JSON: .*(line 1, column"
+expect_refusal bad_child "tree 2 node 1: left child 999 is out of range \[0, "
+expect_refusal bad_cycle "tree 1 node 1: right child 0 is reached twice (a cycle"
+expect_refusal bad_noleaf "tree 3: has no nodes, so no leaf"
+expect_refusal bad_feature "tree 5 node 0: splits on feature 40, beyond the model's 12 input"
+expect_refusal bad_width \
+  "model.json inputs\[0\] 'input' is FP32 \[-1,13\]; the graph says FP32 \[-1,12\]"
+grep -q "model 'named' version 1: ready in .*input 'features' FP32 \[-1,12\]" "$LOG" &&
+  ok "named: model.json's input name pinned ('features')" ||
+  fail "named: $(grep "'named'" "$LOG")"
+ZEROS='0,0,0,0,0,0,0,0,0,0'
+code=$(curl -s -o "$WORK/named.json" -w '%{http_code}' -X POST \
+  "http://127.0.0.1:$HPORT/v2/models/named/infer" -H 'Content-Type: application/json' \
+  -d '{"inputs":[{"name":"features","shape":[1,12],"datatype":"FP32","data":[0,1,'$ZEROS']}]}')
+[ "$code" = 200 ] && grep -q '"probabilities"' "$WORK/named.json" &&
+  ok "named: HTTP infer by the pinned input name" ||
+  fail "named: HTTP $code $(cat "$WORK/named.json")"
+code=$(curl -s -o "$WORK/badreq.json" -w '%{http_code}' -X POST \
+  "http://127.0.0.1:$HPORT/v2/models/fraud_d6/infer" -H 'Content-Type: application/json' \
+  -d '{"inputs":[{"name":"input","shape":[1,11],"datatype":"FP32","data":[0,'$ZEROS']}]}')
+[ "$code" = 400 ] && ok "11 features for a 12-feature model: HTTP 400 $(cat "$WORK/badreq.json")" ||
+  fail "wrong width: HTTP $code $(cat "$WORK/badreq.json")"
+
+echo "-- 2. every reference row over every protocol ($((SECONDS - T0)) s)"
+for suite in serve fresh; do
+  $PY "$HELPER" $suite --http "http://127.0.0.1:$HPORT" --target "127.0.0.1:$NPORT" --gen "$GEN" \
+    --tpuctl "$TPUCTL" --data "$DATA" || FAIL=1
+done
+
+kill -TERM "$PID" 2>/dev/null
+wait "$PID"
+rc=$?
+PID=
+[ $rc = 0 ] || fail "tpud exited $rc after SIGTERM: $(tail -5 "$LOG")"
+grep -E "AddressSanitizer|runtime error|Segmentation|assert" "$LOG" && fail "tpud log: see above"
+
+echo "test_xgboost: $((SECONDS - T0)) s"
+[ $FAIL = 0 ] && echo "test_xgboost: all passed" || echo "test_xgboost: FAILED"
+exit $FAIL
