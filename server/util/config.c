@@ -114,6 +114,10 @@ static const opt_t options[] = {
      "health (live/ready) needs no credentials, for probes (--auth-open-health=false)"},
     {"auth-open-metrics", OPT_BOOL, OFF(auth_open_metrics), 0, 0, 1, "off", "switch",
      "GET /metrics needs no credentials (else role infer)"},
+    {"strict-readiness", OPT_BOOL, OFF(strict_readiness), 0, 0, 1, "on", "switch",
+     "/v2/health/ready and ServerReady say ready only when every model the repository serves "
+     "has a ready version (a FAILED or loading one makes it 503); --strict-readiness=false: "
+     "ready when at least one model version is"},
     {"log-level", OPT_LEVEL, OFF(log_level), 0, 0, 0, "info", "debug|info|warn|error",
      "least severe level written to stderr"},
 };
@@ -151,6 +155,7 @@ void tpu_config_defaults(tpu_config_t *cfg) {
   cfg->http_tls = 1;
   cfg->tls_handshake_timeout_s = 10;
   cfg->auth_open_health = 1;
+  cfg->strict_readiness = 1;
 }
 
 static const opt_t *find_opt(const char *name, size_t len) {
