@@ -175,7 +175,7 @@ for ln, line in enumerate(text.splitlines(), 1):
     fam = re.sub(r"_(bucket|sum|count)$", "", name) if types.get(re.sub(r"_(bucket|sum|count)$", "", name)) == "histogram" else name
     assert fam in types, ("sample without TYPE", line)
     assert fam == last_family, ("family samples not contiguous", line)
-    assert name.startswith("tpud_"), line
+    assert name.startswith(("tpud_", "process_")), line  # process_*: test_operations.sh
     if types[fam] == "counter": assert name.endswith("_total"), line
     labels = dict(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
     samples.append((name, labels, float(value.replace("+Inf", "inf"))))
