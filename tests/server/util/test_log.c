@@ -57,7 +57,8 @@ static void test_json_escape(void) {
   expect_json("model 'digits' version 1: ready", "model 'digits' version 1: ready");
   expect_json("say \"hi\" \\ back", "say \"hi\" \\ back");
   expect_json("a\nb\rc\td\x01e\x1f\x7f", "a\nb\rc\td\x01e\x1f\x7f");
-  expect_json("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  const char *utf8 = "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"; /* 2, 3 and 4 bytes */
+  expect_json(utf8, utf8);
   expect_json("bad \xff byte", "bad \\xff byte");
   expect_json("cut \xc3", "cut \\xc3");                     /* a lead byte at the end */
   expect_json("overlong \xc0\xaf", "overlong \\xc0\\xaf");     /* '/' in two bytes */
