@@ -144,3 +144,29 @@ int tpu_http_body_decode(tpu_http_coding_t coding, const void *in, size_t len, u
   snprintf(msg, msglen, "unsupported Content-Encoding: expected gzip, deflate or identity");
   return 415;
 }
+
+int tpu_http_body_gzip(const void *in, size_t len, char **out, size_t *outlen) {
+  *out = NULL;
+  *outlen = 0;
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  if (len >= (1u << 30) || deflateInit2(&z, 1, Z_DEFLATED, 16 + 15, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+    return -1;
+  size_t cap = deflateBound(&z, (uLong)len);
+  char *buf = malloc(cap);
+  int rc = -1;
+  if (!buf) goto done;
+  z.next_in = (unsigned char *)in;
+  z.avail_in = (uInt)len;
+  z.next_out = (unsigned char *)buf;
+  z.avail_out = (uInt)cap;
+  if (deflate(&z, Z_FINISH) != Z_STREAM_END || z.total_out >= len) goto done;
+  *out = buf;
+  *outlen = z.total_out;
+  buf = NULL;
+  rc = 0;
+done:
+  deflateEnd(&z);
+  free(buf);
+  return rc;
+}

@@ -7,7 +7,7 @@
  * a buffer that never grows past the body limit, so a compression bomb costs at most the limit
  * in memory and in inflate work before its 413. No sockets, no connection state: bytes in,
  * bytes out, unit-tested from strings (tests/server/front/test_http_body.c). http.c calls it
- * once a body is complete.
+ * once a body is complete, and to gzip large answers for clients that accept it.
  */
 #ifndef TPU_HTTP_BODY_H
 #define TPU_HTTP_BODY_H
@@ -29,5 +29,10 @@
  */
 int tpu_http_body_decode(tpu_http_coding_t coding, const void *in, size_t len, uint64_t max,
                          char **out, size_t *outlen, char *msg, size_t msglen);
+
+/* Compresses in[0..len) as one gzip member (zlib level 1: answers are compressed on the I/O
+ * thread, so speed over ratio) into a new buffer (*out, free() it). Returns 0, or -1 when out
+ * of memory or when the result would not be smaller than the input (send it as it is then). */
+int tpu_http_body_gzip(const void *in, size_t len, char **out, size_t *outlen);
 
 #endif /* TPU_HTTP_BODY_H */

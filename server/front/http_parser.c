@@ -27,6 +27,36 @@ static int ieq(const char *a, size_t alen, const char *lit) {
   return 1;
 }
 
+/* Accept-Encoding (RFC 9110 12.5.3): whether gzip is acceptable. "gzip" or "x-gzip" with q > 0
+ * says yes, with q=0 no; otherwise "*" with q > 0 says yes. */
+static int accepts_gzip(const char *v, size_t n) {
+  int named = -1, star = 0;
+  size_t i = 0;
+  while (i < n) {
+    while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ',')) i++;
+    size_t s = i;
+    while (i < n && v[i] != ',' && v[i] != ';' && v[i] != ' ' && v[i] != '\t') i++;
+    size_t e = i;
+    int q0 = 0; /* params: only q matters; q=0, 0.0, 0.00, 0.000 refuse */
+    while (i < n && v[i] != ',') {
+      if ((v[i] == 'q' || v[i] == 'Q') && i + 1 < n && v[i + 1] == '=' &&
+          (i == 0 || v[i - 1] == ';' || v[i - 1] == ' ' || v[i - 1] == '\t')) {
+        size_t j = i + 2;
+        if (j < n && v[j] == '0') {
+          j++;
+          if (j < n && v[j] == '.')
+            for (j++; j < n && v[j] == '0'; j++) {}
+          q0 = j >= n || v[j] == ',' || v[j] == ' ' || v[j] == '\t' || v[j] == ';';
+        }
+      }
+      i++;
+    }
+    if (ieq(v + s, e - s, "gzip") || ieq(v + s, e - s, "x-gzip")) named = !q0;
+    else if (e - s == 1 && v[s] == '*') star = !q0;
+  }
+  return named >= 0 ? named : star;
+}
+
 static tpu_http_parse_result_t bad(tpu_http_request_t *r, int status, const char *why) {
   r->status = status;
   r->error = why;
@@ -156,6 +186,9 @@ tpu_http_parse_result_t tpu_http_parse_request(const char *buf, size_t len,
         /* Only "chunked", once: a list ("gzip, chunked") or a repeat is a coding we lack. */
         if (has_te++ || !ieq(v, vlen, "chunked")) te_other = 1;
       }
+      break;
+    case 15:
+      if (ieq(n, nlen, "accept-encoding") && accepts_gzip(v, vlen)) r->accept_gzip = 1;
       break;
     case 16:
       if (ieq(n, nlen, "content-encoding")) {

@@ -69,6 +69,7 @@ typedef struct {
   tpu_http_coding_t coding; /* Content-Encoding */
   const char *coding_str;  /* its value as sent (for TPU_HTTP_CODING_OTHER's message) */
   size_t coding_len;
+  int accept_gzip;         /* 1: Accept-Encoding takes gzip (listed, or "*", with q > 0) */
   int keep_alive;          /* 1: the connection may serve another request after this one */
   int expect_continue;     /* 1: "Expect: 100-continue" */
   const char *authorization; /* the Authorization header's value (the first one), or NULL */

@@ -2,7 +2,7 @@
 # test_bodies.sh - request bodies over HTTP/1.1 against the real tpud, with curl and raw
 # sockets: Content-Encoding gzip and deflate (zlib and raw), Transfer-Encoding chunked (curl's,
 # and one split into many tiny chunks sent a few bytes at a time), both together, each giving
-# the same answer as the plain body; an unknown coding 415 and a truncated gzip 400 on a
+# the same answer as the plain body; large answers gzipped for curl --compressed; an unknown coding 415 and a truncated gzip 400 on a
 # connection that stays usable; a gzip bomb (1 KiB per MiB: 1 GiB of zeros in about 1 MiB)
 # 413 with tpud's peak memory growing by less than the limit plus a margin; chunked bodies over
 # the limit 413, bad chunk sizes 400, other transfer codings 501. $1 = build directory,
@@ -77,6 +77,25 @@ same "chunked (curl)" "$WORK/o" "$st"
 st=$(gzip -c "$WORK/body.json" | post "$WORK/o" -H 'Transfer-Encoding: chunked' \
   -H 'Content-Encoding: gzip' --data-binary @-)
 same "chunked and gzip" "$WORK/o" "$st"
+
+# ---- Accept-Encoding: gzip for large answers (curl --compressed) ----
+$PY -c "import json; json.dump({'inputs': [{'name': 'x', 'shape': [64, 64], 'datatype': 'FP32', \
+'data': [0.5] * 4096}]}, open('$WORK/big.json', 'w'))"
+st=$(curl -s -D "$WORK/h" -o "$WORK/big.plain" -w '%{http_code}' --data-binary @"$WORK/big.json" "$URL")
+st2=$(curl -s --compressed -D "$WORK/hz" -o "$WORK/big.z" -w '%{http_code} %{size_download}' \
+  --data-binary @"$WORK/big.json" "$URL")
+zsize=${st2#* }
+[ "$st" = 200 ] && [ "${st2% *}" = 200 ] && grep -qi '^Content-Encoding: gzip' "$WORK/hz" &&
+  ! grep -qi '^Content-Encoding' "$WORK/h" && cmp -s "$WORK/big.plain" "$WORK/big.z" &&
+  [ "$zsize" -lt "$(stat -c %s "$WORK/big.plain")" ] &&
+  ok "curl --compressed: a $(stat -c %s "$WORK/big.plain")-byte answer came as $zsize gzip bytes, the same JSON" ||
+  fail "Accept-Encoding gzip: $st / $st2: $(cat "$WORK/hz")"
+curl -s --compressed -D "$WORK/hz" -o /dev/null "http://127.0.0.1:$HPORT/v2/health/live"
+! grep -qi '^Content-Encoding' "$WORK/hz" && ok "small answers are not compressed" ||
+  fail "a small answer was compressed: $(cat "$WORK/hz")"
+curl -s -H 'Accept-Encoding: gzip;q=0' -D "$WORK/hz" -o /dev/null --data-binary @"$WORK/big.json" "$URL"
+! grep -qi '^Content-Encoding' "$WORK/hz" && ok "Accept-Encoding gzip;q=0: not compressed" ||
+  fail "gzip;q=0 answered gzip: $(cat "$WORK/hz")"
 
 # ---- raw sockets: tiny chunks, errors, the connection after them ----
 $PY - "$HPORT" "$WORK" "$LIMIT" <<'EOF' || FAIL=1

@@ -2,7 +2,8 @@
  * test_http_body.c - request bodies' content codings (server/front/http_body.h) from bytes:
  * gzip and deflate (zlib and raw) round trips against zlib's own compressor, several gzip
  * members, empty bodies, truncated, corrupt and trailing bytes, the limit at its exact edge, a
- * compression bomb (64 MiB of zeros in 64 KiB) stopped at the limit, an unknown coding.
+ * compression bomb (64 MiB of zeros in 64 KiB) stopped at the limit, an unknown coding; gzipped
+ * answers decode back.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +136,22 @@ static void test_bomb(void) {
   free(z);
 }
 
-TPU_TEST_SUITE(front_http_body, {"round_trip", test_round_trip},
+/* Answers: gzip out, our own decoder (and so zlib) back; nothing gained is -1. */
+static void test_gzip_answer(void) {
+  char text[50000];
+  for (size_t i = 0; i < sizeof text; i++) text[i] = "{\"data\":[0.125, 3.5, 1e-3]}"[i % 27];
+  char *z = NULL;
+  size_t zlen = 0;
+  CU_ASSERT_EQUAL_FATAL(tpu_http_body_gzip(text, sizeof text, &z, &zlen), 0);
+  CU_ASSERT(zlen < sizeof text / 10 && (unsigned char)z[0] == 0x1f && (unsigned char)z[1] == 0x8b);
+  expect_ok(TPU_HTTP_CODING_GZIP, z, zlen, sizeof text, text, sizeof text);
+  free(z);
+  char noise[2000];
+  for (size_t i = 0; i < sizeof noise; i++) noise[i] = (char)tpu_test_rand_range(0, 255);
+  CU_ASSERT_EQUAL(tpu_http_body_gzip(noise, sizeof noise, &z, &zlen), -1);
+  CU_ASSERT_PTR_NULL(z);
+}
+
+TPU_TEST_SUITE(front_http_body, {"gzip_answer", test_gzip_answer}, {"round_trip", test_round_trip},
                {"members_and_trailing", test_members_and_trailing}, {"corrupt", test_corrupt},
                {"bomb", test_bomb})

@@ -159,6 +159,28 @@ static void test_framing_headers(void) {
   CU_ASSERT_EQUAL(r.coding, TPU_HTTP_CODING_OTHER); /* two codings: not one we decode */
 }
 
+/* Accept-Encoding: gzip taken when listed (or "*") with q > 0, refused with q=0. */
+static void test_accept_encoding(void) {
+  struct {
+    const char *value;
+    int gzip;
+  } ae[] = {{"gzip", 1},          {"deflate, gzip;q=1.0, *;q=0.5", 1},
+            {"br;q=1, GZip", 1},  {"x-gzip", 1},
+            {"*", 1},             {"gzip;q=0", 0},
+            {"gzip; q=0.000", 0}, {"gzip;q=0.5", 1},
+            {"*;q=0", 0},         {"gzip;q=0, *", 0},
+            {"identity", 0},      {"gzipx", 0},
+            {"deflate", 0},       {"", 0}};
+  for (size_t i = 0; i < sizeof ae / sizeof ae[0]; i++) {
+    char head[200];
+    tpu_http_request_t r;
+    snprintf(head, sizeof head, "GET / HTTP/1.1\r\nAccept-Encoding: %s\r\n\r\n", ae[i].value);
+    CU_ASSERT_EQUAL_FATAL(parse(head, &r), TPU_HTTP_PARSE_OK);
+    CU_ASSERT_EQUAL(r.accept_gzip, ae[i].gzip);
+    if (r.accept_gzip != ae[i].gzip) printf("\nAccept-Encoding: %s -> %d\n", ae[i].value, r.accept_gzip);
+  }
+}
+
 static const tpu_http_limits_t clim = {.max_head_bytes = 64, .max_body_bytes = 100};
 
 /* Decodes `wire` the way http.c does, fed `step` bytes more each call (the whole input kept in
@@ -312,7 +334,8 @@ static void test_chunked_random(void) {
 }
 
 TPU_TEST_SUITE(server_http_parser, {"complete", test_complete},
-               {"framing_headers", test_framing_headers}, {"chunked_ok", test_chunked_ok},
+               {"framing_headers", test_framing_headers},
+               {"accept_encoding", test_accept_encoding}, {"chunked_ok", test_chunked_ok},
                {"chunked_errors", test_chunked_errors}, {"chunked_random", test_chunked_random},
                {"authorization", test_authorization},
                {"incomplete_at_every_cut", test_incomplete_at_every_cut},
