@@ -116,9 +116,8 @@ static const opt_t options[] = {
     {"auth-open-metrics", OPT_BOOL, OFF(auth_open_metrics), 0, 0, 1, "off", "switch",
      "GET /metrics needs no credentials (else role infer)"},
     {"strict-readiness", OPT_BOOL, OFF(strict_readiness), 0, 0, 1, "on", "switch",
-     "/v2/health/ready and ServerReady say ready only when every model the repository serves "
-     "has a ready version (a FAILED or loading one makes it 503); --strict-readiness=false: "
-     "ready when at least one model version is"},
+     "ready (/v2/health/ready, ServerReady) only when every model served has a ready "
+     "version; --strict-readiness=false: when any version is"},
     {"log-level", OPT_LEVEL, OFF(log_level), 0, 0, 0, "info", "debug|info|warn|error",
      "least severe level written to stderr"},
     {"log-format", OPT_LOGFMT, OFF(log_format), 0, 0, 0, "text", "text|json",
