@@ -22,6 +22,7 @@ RUN apt-get update -q \
  && apt-get install -y -q --no-install-recommends \
       cmake make gcc libc6-dev pkg-config \
       libevent-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev libjansson-dev libnghttp2-dev \
+      zlib1g-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./
@@ -40,7 +41,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -q \
  && apt-get install -y -q --no-install-recommends \
       libevent-2.1-7 libevent-pthreads-2.1-7 \
-      libprotobuf-c1 libjansson4 libssl3 libnghttp2-14 curl ca-certificates \
+      libprotobuf-c1 libjansson4 libssl3 libnghttp2-14 zlib1g curl ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 tpud \
  && useradd --system --uid 10001 --gid tpud --home-dir /var/lib/tpud --no-create-home \

@@ -14,6 +14,7 @@ build_pkgs=(
   cmake make gcc pkg-config
   libevent-dev libprotobuf-c-dev protobuf-c-compiler
   libssl-dev openssl libjansson-dev libcunit1-dev libnghttp2-dev
+  zlib1g-dev # gzip/deflate HTTP request bodies (server/front/http_body.c)
   python3 python3-numpy curl
   python3-grpcio python3-h2 protobuf-compiler protobuf-compiler-grpc
   # ONNX's own backend test models (/usr/share/libonnx-testdata): the ONNX decoder's unit

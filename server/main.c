@@ -30,6 +30,7 @@ int main(int argc, char **argv) {
     break;
   }
   tpu_log_set_level(cfg.log_level);
+  tpu_log_set_format(cfg.log_format);
   tpu_log_info("tpud starting: models %s, %u compute threads, %u I/O threads, port %u, "
                "http-port %u",
                cfg.models, cfg.threads, cfg.io_threads, cfg.port, cfg.http_port);

@@ -45,6 +45,8 @@ typedef struct tpu__model {
   char version_str[24];
   int state;          /* TPUD__MODEL_STATE__MODEL_STATE_*: READY for an instance */
   char reason[512];   /* why it is not READY (or why a reload failed) */
+  int unwanted;       /* a status entry for a version unloaded by request: not one the server
+                       * is configured to serve (--strict-readiness ignores it) */
   tpu_model_t *model; /* NULL when failed */
   tpu_batcher_t *batcher;
   tpu_model_stats_t stats;
@@ -113,5 +115,11 @@ tpu__model_t *tpu__server_find_model(tpu_server_t *srv, const char *name, const 
 int tpu__model_absent(tpu_server_t *srv, const char *name, const char *version);
 /* Model versions ready to serve now. */
 size_t tpu__models_ready(tpu_server_t *srv);
+/* Whether the models make the server ready (ServerReady on every protocol): at least one
+ * version ready, and with `strict` (--strict-readiness) also no model the repository is trying
+ * to serve without a ready version (one whose versions are LOADING or FAILED, none READY;
+ * models unloaded by request or outside their version policy do not count). 1 = ready; 0 with
+ * why (of whylen bytes) naming the first model that is not. Draining is the caller's. */
+int tpu__models_server_ready(tpu_server_t *srv, int strict, char *why, size_t whylen);
 
 #endif /* TPU_SERVER_INT_H */

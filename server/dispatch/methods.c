@@ -32,15 +32,16 @@ static void serve_server_live(tpu__call_t *call) {
   tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
 }
 
-/* Ready: not draining, and at least one model version ready to serve. */
+/* Ready: not draining, at least one model version ready to serve and, with
+ * --strict-readiness (the default), every model the repository means to serve ready. */
 static void serve_server_ready(tpu__call_t *call) {
   tpu_server_t *srv = call->srv;
   Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
   int draining = atomic_load(&srv->draining);
-  r.ready = !draining && tpu__models_ready(srv) > 0;
-  tpu__reply(call, TPU_CODE_OK,
-             r.ready ? NULL : draining ? "server is shutting down" : "no model is ready",
-             &r.base);
+  char why[512] = "server is shutting down";
+  r.ready = !draining &&
+            tpu__models_server_ready(srv, srv->cfg.strict_readiness, why, sizeof why);
+  tpu__reply(call, TPU_CODE_OK, r.ready ? NULL : why, &r.base);
 }
 
 /* A request that names no model is malformed (INVALID_ARGUMENT), as for ModelLoad. */

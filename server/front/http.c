@@ -18,10 +18,20 @@
  * mark their connections dirty and are flushed by one deferred event after the batch, so
  * several answers for one connection share a write.
  *
- * Framing and limits: Content-Length bodies only (Transfer-Encoding: 411, or 400 together with
- * Content-Length); "Expect: 100-continue" is answered; head over --http-max-header-bytes: 431;
- * body over --http-max-body-bytes: 413 with a JSON {"error"} body, known from the head. After an
- * error that desynchronizes the stream the answer is flushed, the write side shut down, and the
+ * Framing and limits: Content-Length or chunked bodies (Transfer-Encoding with Content-Length:
+ * 400; a coding other than chunked: 501); "Expect: 100-continue" is answered; head over
+ * --http-max-header-bytes: 431; body over --http-max-body-bytes: 413 with a JSON {"error"} body,
+ * known from the head (Content-Length) or from the chunk sizes as they arrive. A chunked body
+ * is decoded in place in the input buffer as it arrives (http_parser.c's decoder writes the
+ * data over the framing it has read, and the unread bytes move down after it), so the buffer
+ * holds about the decoded body and one read, never the framing of a body of many small chunks.
+ * Content-Encoding gzip or deflate is decoded once the body is complete (http_body.c) into a
+ * buffer capped at --http-max-body-bytes (the limit applies to the decoded size: a bomb gets
+ * 413 once the limit is produced); another coding is a 415; both answers keep the connection,
+ * whose framing is intact. Answers of 4 KiB to 4 MiB with status 200 are gzipped (level 1)
+ * when the request's Accept-Encoding takes gzip. The decoded body lives until route()
+ * returns: decoders copy what they keep (the OIP JSON parser owns its tensors). After an error
+ * that desynchronizes the stream the answer is flushed, the write side shut down, and the
  * input read and dropped for a short while (lingering close) so the client sees the status
  * instead of a reset. HTTP/1.0 (keep-alive only when asked), Connection: close, HEAD. Timeouts
  * (--http-timeout-s) are checked by a once-a-second sweep over the thread's connections: a
@@ -57,8 +67,8 @@
  * timer re-arms it): the connection waits in the backlog instead of the thread spinning on it.
  * Answers waiting for an earlier slot are held in counted buffers (sock.h): they are part of
  * what --max-buffered-bytes bounds, and an infer call reserves its JSON answer there first. Errors are {"error": "..."} with
- * 400 bad input, 404 unknown model or path, 405 wrong method, 411/413/431/505 framing, 503 not
- * ready / overloaded / shutting down, 504 deadline.
+ * 400 bad input, 404 unknown model or path, 405 wrong method, 413/431/501/505 framing, 415
+ * content coding, 503 not ready / overloaded / shutting down, 504 deadline.
  */
 #define _GNU_SOURCE /* accept4 */
 #include <arpa/inet.h>
@@ -83,6 +93,7 @@
 #include "call.h"
 #include "clock.h"
 #include "front.h"
+#include "http_body.h"
 #include "http_parser.h"
 #include "io.h"
 #include "log.h"
@@ -92,6 +103,11 @@
 #include "server_int.h"
 #include "sock.h"
 #include "tpu_oip_json.h"
+
+/* Answers from this size up are gzipped for clients whose Accept-Encoding takes it; above the
+ * maximum they are sent as they are (deflate at level 1 runs ~100 MB/s on the I/O thread). */
+#define TPU_HTTP_GZIP_MIN_BYTES 4096
+#define TPU_HTTP_GZIP_MAX_BYTES (4u << 20)
 
 typedef struct tpu__http_slot hslot_t;
 typedef struct hconn hconn_t;
@@ -107,6 +123,9 @@ struct tpu__http_slot {
   int close;             /* close the connection after this answer */
   int minor;             /* HTTP/1.minor of the request */
   int had_authz;         /* the request carried an Authorization header (401's header) */
+  int gzip_ok;           /* the request's Accept-Encoding takes gzip */
+  int body_read;         /* its body was read whole: a refusal of its coding (413, 415, 400)
+                          * leaves the stream in step, the connection stays */
 };
 
 /* One client connection (I/O thread only). */
@@ -121,6 +140,9 @@ struct hconn {
   int close_after;       /* close once every owed answer is written */
   int paused;            /* reading stopped for back-pressure */
   int continue_sent;     /* "100 Continue" sent for the request at ioff */
+  int chunk_on;          /* a chunked body of the request at ioff is being decoded */
+  tpu_http_chunked_t chunk; /* its decoder */
+  size_t chunk_len;      /* its data decoded so far, right after the head in the input */
   int eof;               /* the client finished sending: close after the answers */
 };
 
@@ -160,7 +182,7 @@ static hslot_t *slot_new(hconn_t *c) {
   s->next = NULL;
   s->conn = c;
   s->call = NULL;
-  s->ready = s->head_only = s->close = 0;
+  s->ready = s->head_only = s->close = s->body_read = s->gzip_ok = 0;
   s->minor = 1;
   if (c->tail)
     c->tail->next = s;
@@ -245,6 +267,7 @@ static const char *reason_of(int status) {
   case 408: return "Request Timeout";
   case 411: return "Length Required";
   case 413: return "Payload Too Large";
+  case 415: return "Unsupported Media Type";
   case 417: return "Expectation Failed";
   case 431: return "Request Header Fields Too Large";
   case 500: return "Internal Server Error";
@@ -283,8 +306,17 @@ static void reply(hslot_t *s, int status, const char *ctype, const char *body, s
   hconn_t *c = s->conn;
   count_reply(status, t0);
   if (status >= 400 && status != 404 && status != 405 && status != 503 && status != 504 &&
-      status != 501 && status != 400 && status != 401 && status != 403)
+      status != 501 && status != 400 && status != 401 && status != 403 && !s->body_read)
     s->close = 1; /* framing errors: the stream cannot be trusted */
+  /* Large answers go gzip to clients that take it (not to HEAD: its length would need the
+   * compression anyway). The range bounds the I/O thread's time in deflate to a few ms. */
+  char *zbody = NULL;
+  size_t zlen = 0;
+  if (s->gzip_ok && !s->head_only && status == 200 && len >= TPU_HTTP_GZIP_MIN_BYTES &&
+      len <= TPU_HTTP_GZIP_MAX_BYTES && tpu_http_body_gzip(body, len, &zbody, &zlen) == 0) {
+    body = zbody;
+    len = zlen;
+  }
   char hdr[512];
   char *p = hdr;
   p = put_str(p, s->minor ? "HTTP/1.1 " : "HTTP/1.0 ");
@@ -300,6 +332,7 @@ static void reply(hslot_t *s, int status, const char *ctype, const char *body, s
     p = put_str(p, "Connection: close\r\n");
   else if (!s->minor)
     p = put_str(p, "Connection: keep-alive\r\n");
+  if (zbody) p = put_str(p, "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n");
   if (extra && strlen(extra) < 128) p = put_str(p, extra);
   p = put_str(p, "\r\n");
   if (c->h->stopping) s->close = 1;
@@ -314,6 +347,7 @@ static void reply(hslot_t *s, int status, const char *ctype, const char *body, s
       (!s->head_only && len && evbuffer_add(dst, body, len) != 0)) {
     s->close = 1; /* out of memory: this connection goes */
   }
+  free(zbody);
   s->ready = 1;
   slots_emit(c);
 }
@@ -641,6 +675,45 @@ static int over_limits(hconn_t *c) {
          tpu__sock_unsent(&c->sock) > cfg->max_unsent_bytes;
 }
 
+/* Decodes what has arrived of the chunked body of the request at ioff (head hr), in place: the
+ * data so far sits right after the head (chunk_len bytes), the bytes not yet decoded follow it,
+ * and the framing read is dropped from the input. Sets *more while the body is incomplete.
+ * Returns 0, 1 when it answered an error (400/413/431: the stream cannot be resynchronized, the
+ * connection closes after the answer), -1 when it closed the connection. */
+static int chunked_step(hconn_t *c, const tpu_http_request_t *hr, int *more) {
+  tpu__sock_t *k = &c->sock;
+  if (!c->chunk_on) {
+    tpu_http_chunked_init(&c->chunk);
+    c->chunk_on = 1;
+    c->chunk_len = 0;
+  }
+  char *p = k->ibuf + k->ioff;
+  size_t avail = k->ilen - k->ioff, base = hr->head_len + c->chunk_len, used, made;
+  tpu_http_chunked_result_t cr =
+      tpu_http_chunked_decode(&c->chunk, p + base, avail - base, &c->h->lim, &used, &made);
+  memmove(p + base + made, p + base + used, avail - base - used);
+  k->ilen -= used - made;
+  c->chunk_len += made;
+  *more = cr == TPU_HTTP_CHUNKED_INCOMPLETE;
+  if (cr != TPU_HTTP_CHUNKED_ERROR) return 0;
+  c->chunk_on = 0;
+  hslot_t *s = slot_new(c);
+  no_more(c);
+  if (!s) {
+    conn_abort(c, "out of memory");
+    return -1;
+  }
+  s->close = 1;
+  char msg[200];
+  if (c->chunk.status == 413)
+    snprintf(msg, sizeof msg, "chunked request body exceeds the limit of %llu bytes",
+             (unsigned long long)c->h->lim.max_body_bytes);
+  else
+    snprintf(msg, sizeof msg, "%s", c->chunk.error);
+  send_error(s, c->chunk.status, msg, tpu_now_us());
+  return 1;
+}
+
 /* Cuts and serves every complete request in the input, in order. Returns 0, or -1 when it
  * closed the connection (which may be freed then: the caller must not touch it). */
 static int conn_process(hconn_t *c) {
@@ -658,6 +731,8 @@ static int conn_process(hconn_t *c) {
     if (!avail) break;
     const char *p = k->ibuf + k->ioff;
     tpu_http_request_t hr;
+    /* A chunked body already partly decoded is re-read from its head each time: the head is
+     * untouched, the decoder's state and chunk_len say where the body stands. */
     tpu_http_parse_result_t pr = tpu_http_parse_request(p, avail, &c->h->lim, &hr);
     if (pr == TPU_HTTP_PARSE_INCOMPLETE) break;
     uint64_t t0 = tpu_now_us();
@@ -678,8 +753,19 @@ static int conn_process(hconn_t *c) {
       break;
     }
     uint64_t need = hr.head_len + hr.content_length;
-    if (avail < need) {
-      if (tpu__sock_reserve(k, (size_t)need) != 0) {
+    size_t blen = (size_t)hr.content_length;
+    int more = avail < need;
+    if (hr.chunked) {
+      int st = chunked_step(c, &hr, &more);
+      if (st < 0) return -1;
+      if (st > 0) break; /* answered an error */
+      avail = k->ilen - k->ioff;
+      p = k->ibuf + k->ioff;
+      blen = c->chunk_len;
+      need = hr.head_len + blen;
+    }
+    if (more) {
+      if (!hr.chunked && tpu__sock_reserve(k, (size_t)need) != 0) {
         conn_abort(c, "out of memory");
         return -1;
       }
@@ -697,13 +783,41 @@ static int conn_process(hconn_t *c) {
     }
     s->minor = hr.minor;
     s->head_only = hr.method == TPU_HTTP_HEAD;
+    s->gzip_ok = hr.accept_gzip;
     if (!hr.keep_alive) {
       s->close = 1;
       no_more(c);
     }
     tpu__sock_consume(k, (size_t)need); /* p stays valid: nothing moves until the next read */
     c->continue_sent = 0;
-    route(io, s, &hr, p + hr.head_len, (size_t)hr.content_length, t0);
+    c->chunk_on = 0;
+    /* Content-Encoding: the body framing is consumed, so a refusal keeps the connection. */
+    const char *body = p + hr.head_len;
+    char *decoded = NULL;
+    if (blen && hr.coding != TPU_HTTP_CODING_IDENTITY) {
+      char msg[400];
+      int st;
+      if (hr.coding == TPU_HTTP_CODING_OTHER) {
+        char v[80];
+        snprintf(v, sizeof v, "%.*s", (int)(hr.coding_len < 64 ? hr.coding_len : 64),
+                 hr.coding_str ? hr.coding_str : "");
+        char esc[80];
+        snprintf(msg, sizeof msg, "Content-Encoding '%s' is not supported: expected gzip, "
+                 "deflate or identity (one coding)", tpu_log_escape(esc, sizeof esc, v));
+        st = 415;
+      } else {
+        st = tpu_http_body_decode(hr.coding, body, blen, c->h->lim.max_body_bytes, &decoded,
+                                  &blen, msg, sizeof msg);
+      }
+      if (st) {
+        s->body_read = 1;
+        send_error(s, st, msg, t0);
+        continue;
+      }
+      body = decoded;
+    }
+    route(io, s, &hr, body, blen, t0);
+    free(decoded);
   }
   return 0;
 }

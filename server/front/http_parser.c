@@ -1,5 +1,8 @@
 /*
  * http_parser.c - see http_parser.h. Pure functions over bytes; no allocation, no I/O.
+ *
+ * The chunked decoder is a byte-at-a-time state machine (data runs are copied whole), so a body
+ * split anywhere across reads decodes the same; its states are the `cs_t` values below.
  */
 #include "http_parser.h"
 #include "tpu_text.h"
@@ -22,6 +25,36 @@ static int ieq(const char *a, size_t alen, const char *lit) {
   for (size_t i = 0; i < n; i++)
     if ((a[i] | 0x20) != lit[i]) return 0; /* lit is lower case */
   return 1;
+}
+
+/* Accept-Encoding (RFC 9110 12.5.3): whether gzip is acceptable. "gzip" or "x-gzip" with q > 0
+ * says yes, with q=0 no; otherwise "*" with q > 0 says yes. */
+static int accepts_gzip(const char *v, size_t n) {
+  int named = -1, star = 0;
+  size_t i = 0;
+  while (i < n) {
+    while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ',')) i++;
+    size_t s = i;
+    while (i < n && v[i] != ',' && v[i] != ';' && v[i] != ' ' && v[i] != '\t') i++;
+    size_t e = i;
+    int q0 = 0; /* params: only q matters; q=0, 0.0, 0.00, 0.000 refuse */
+    while (i < n && v[i] != ',') {
+      if ((v[i] == 'q' || v[i] == 'Q') && i + 1 < n && v[i + 1] == '=' &&
+          (i == 0 || v[i - 1] == ';' || v[i - 1] == ' ' || v[i - 1] == '\t')) {
+        size_t j = i + 2;
+        if (j < n && v[j] == '0') {
+          j++;
+          if (j < n && v[j] == '.')
+            for (j++; j < n && v[j] == '0'; j++) {}
+          q0 = j >= n || v[j] == ',' || v[j] == ' ' || v[j] == '\t' || v[j] == ';';
+        }
+      }
+      i++;
+    }
+    if (ieq(v + s, e - s, "gzip") || ieq(v + s, e - s, "x-gzip")) named = !q0;
+    else if (e - s == 1 && v[s] == '*') star = !q0;
+  }
+  return named >= 0 ? named : star;
 }
 
 static tpu_http_parse_result_t bad(tpu_http_request_t *r, int status, const char *why) {
@@ -103,7 +136,7 @@ tpu_http_parse_result_t tpu_http_parse_request(const char *buf, size_t len,
   }
 
   /* Header fields. */
-  int has_cl = 0, has_te = 0, conn_close = 0, conn_keep = 0;
+  int has_cl = 0, has_te = 0, te_other = 0, n_ce = 0, conn_close = 0, conn_keep = 0;
   uint64_t cl = 0;
   for (;;) {
     if (p < end && *p == '\r') {
@@ -149,7 +182,24 @@ tpu_http_parse_result_t tpu_http_parse_request(const char *buf, size_t len,
       }
       break;
     case 17:
-      if (ieq(n, nlen, "transfer-encoding")) has_te = 1;
+      if (ieq(n, nlen, "transfer-encoding")) {
+        /* Only "chunked", once: a list ("gzip, chunked") or a repeat is a coding we lack. */
+        if (has_te++ || !ieq(v, vlen, "chunked")) te_other = 1;
+      }
+      break;
+    case 15:
+      if (ieq(n, nlen, "accept-encoding") && accepts_gzip(v, vlen)) r->accept_gzip = 1;
+      break;
+    case 16:
+      if (ieq(n, nlen, "content-encoding")) {
+        r->coding_str = v;
+        r->coding_len = vlen;
+        if (n_ce++) r->coding = TPU_HTTP_CODING_OTHER; /* two codings: not one we decode */
+        else if (vlen == 0 || ieq(v, vlen, "identity")) r->coding = TPU_HTTP_CODING_IDENTITY;
+        else if (ieq(v, vlen, "gzip") || ieq(v, vlen, "x-gzip")) r->coding = TPU_HTTP_CODING_GZIP;
+        else if (ieq(v, vlen, "deflate")) r->coding = TPU_HTTP_CODING_DEFLATE;
+        else r->coding = TPU_HTTP_CODING_OTHER;
+      }
       break;
     case 13:
       if (ieq(n, nlen, "authorization") && r->authorization_count++ == 0) {
@@ -178,10 +228,174 @@ tpu_http_parse_result_t tpu_http_parse_request(const char *buf, size_t len,
   }
   if (has_te && has_cl)
     return bad(r, 400, "Transfer-Encoding together with Content-Length is not allowed");
-  if (has_te)
-    return bad(r, 411, "chunked request bodies are not supported: send Content-Length");
+  if (has_te && r->minor == 0)
+    return bad(r, 400, "Transfer-Encoding in an HTTP/1.0 request: send Content-Length");
+  if (te_other)
+    return bad(r, 501, "Transfer-Encoding: only chunked is supported (once, alone)");
+  r->chunked = has_te;
   r->content_length = cl;
   r->keep_alive = r->minor == 1 ? !conn_close : (conn_keep && !conn_close);
   if (cl > limits->max_body_bytes) return bad(r, 413, "request body exceeds the server's limit");
   return TPU_HTTP_PARSE_OK;
+}
+
+/* ---- chunked bodies ---- */
+
+/* Where the next byte of a chunked body falls. */
+typedef enum {
+  CS_SIZE = 0,   /* chunk-size hex digits */
+  CS_EXT,        /* after the size: BWS and ";ext[=val]" up to the line end */
+  CS_SIZE_LF,    /* a CR ended the size line: LF must follow */
+  CS_DATA,       /* chunk data (left bytes) */
+  CS_DATA_CR,    /* the line end after the data */
+  CS_DATA_LF,    /* its LF after a CR */
+  CS_TRAILER0,   /* the start of a trailer line, or the final empty line */
+  CS_TRAILER,    /* inside a trailer field line */
+  CS_TRAILER_LF, /* a CR ended a trailer line */
+  CS_END_LF,     /* a CR began the final empty line */
+  CS_DONE        /* the body is complete */
+} cs_t;
+
+#define CHUNK_LINE_MAX 4096 /* bytes of one chunk-size line, extensions included */
+
+void tpu_http_chunked_init(tpu_http_chunked_t *c) { memset(c, 0, sizeof *c); }
+
+static tpu_http_chunked_result_t chunk_bad(tpu_http_chunked_t *c, int status, const char *why) {
+  c->status = status;
+  c->error = why;
+  return TPU_HTTP_CHUNKED_ERROR;
+}
+
+static int hexval(unsigned char ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  ch |= 0x20;
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  return -1;
+}
+
+tpu_http_chunked_result_t tpu_http_chunked_decode(tpu_http_chunked_t *c, char *buf, size_t len,
+                                                  const tpu_http_limits_t *limits,
+                                                  size_t *consumed, size_t *produced) {
+  size_t i = 0, o = 0;
+  tpu_http_chunked_result_t rc = TPU_HTTP_CHUNKED_INCOMPLETE;
+  while (i < len && c->state != CS_DONE) {
+    unsigned char ch = (unsigned char)buf[i];
+    switch ((cs_t)c->state) {
+    case CS_SIZE: {
+      int d = hexval(ch);
+      if (d >= 0) {
+        if (++c->line > CHUNK_LINE_MAX) {
+          rc = chunk_bad(c, 400, "chunked body: chunk-size line too long");
+          goto out;
+        }
+        /* The size is a promise: over the limit is a 413 before its data comes. */
+        if (c->left > (limits->max_body_bytes - c->decoded) / 16 ||
+            c->left * 16 + (uint64_t)d > limits->max_body_bytes - c->decoded) {
+          rc = chunk_bad(c, 413, "chunked request body exceeds the server's limit");
+          goto out;
+        }
+        c->left = c->left * 16 + (uint64_t)d;
+        c->digits++;
+        i++;
+        break;
+      }
+      if (!c->digits) {
+        rc = chunk_bad(c, 400, "chunked body: expected a hexadecimal chunk size");
+        goto out;
+      }
+      if (ch == ';' || ch == ' ' || ch == '\t') {
+        c->state = CS_EXT;
+      } else if (ch == '\r') {
+        c->state = CS_SIZE_LF;
+        i++;
+      } else if (ch == '\n') {
+        c->state = c->left ? CS_DATA : CS_TRAILER0;
+        i++;
+      } else {
+        rc = chunk_bad(c, 400, "chunked body: chunk size is not hexadecimal");
+        goto out;
+      }
+      break;
+    }
+    case CS_EXT:
+      if (ch == '\r') {
+        c->state = CS_SIZE_LF;
+      } else if (ch == '\n') {
+        c->state = c->left ? CS_DATA : CS_TRAILER0;
+      } else if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
+        rc = chunk_bad(c, 400, "chunked body: control character in a chunk extension");
+        goto out;
+      } else if (++c->line > CHUNK_LINE_MAX) {
+        rc = chunk_bad(c, 400, "chunked body: chunk-size line too long");
+        goto out;
+      }
+      i++;
+      break;
+    case CS_SIZE_LF:
+      if (ch != '\n') {
+        rc = chunk_bad(c, 400, "chunked body: CR without LF after the chunk size");
+        goto out;
+      }
+      c->state = c->left ? CS_DATA : CS_TRAILER0;
+      i++;
+      break;
+    case CS_DATA: {
+      size_t n = len - i;
+      if ((uint64_t)n > c->left) n = (size_t)c->left;
+      memmove(buf + o, buf + i, n); /* o <= i: the framing bytes read so far are dropped */
+      o += n;
+      i += n;
+      c->left -= n;
+      c->decoded += n;
+      if (!c->left) c->state = CS_DATA_CR;
+      break;
+    }
+    case CS_DATA_CR:
+    case CS_DATA_LF:
+      if (ch == '\r' && c->state == CS_DATA_CR) {
+        c->state = CS_DATA_LF;
+      } else if (ch == '\n') {
+        c->state = CS_SIZE;
+        c->digits = c->line = 0;
+      } else {
+        rc = chunk_bad(c, 400, "chunked body: chunk data longer than its size (no CRLF after it)");
+        goto out;
+      }
+      i++;
+      break;
+    case CS_TRAILER0:
+    case CS_TRAILER:
+    case CS_TRAILER_LF:
+    case CS_END_LF:
+      if (++c->trailer > limits->max_head_bytes) {
+        rc = chunk_bad(c, 431, "chunked body: trailer section exceeds the server's limit");
+        goto out;
+      }
+      if (c->state == CS_END_LF || c->state == CS_TRAILER_LF) {
+        if (ch != '\n') {
+          rc = chunk_bad(c, 400, "chunked body: CR without LF in the trailer section");
+          goto out;
+        }
+        c->state = c->state == CS_END_LF ? CS_DONE : CS_TRAILER0;
+      } else if (ch == '\r') {
+        c->state = c->state == CS_TRAILER0 ? CS_END_LF : CS_TRAILER_LF;
+      } else if (ch == '\n') {
+        c->state = c->state == CS_TRAILER0 ? CS_DONE : CS_TRAILER0;
+      } else if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
+        rc = chunk_bad(c, 400, "chunked body: control character in a trailer field");
+        goto out;
+      } else {
+        c->state = CS_TRAILER;
+      }
+      i++;
+      break;
+    case CS_DONE:
+      break;
+    }
+  }
+  if (c->state == CS_DONE) rc = TPU_HTTP_CHUNKED_DONE;
+out:
+  *consumed = i;
+  *produced = o;
+  return rc;
 }

@@ -8,13 +8,19 @@
  * samples (the exposition format requires a family's samples to be contiguous).
  *
  * The audit log's counters (tpud_audit_*) come from render_audit(), only when --audit-log is set.
+ * The process_* families come last, from /proc (tpu_metrics_process_stats).
  */
 #include "metrics.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "audit_wire.h"
 #include "call.h"
@@ -116,6 +122,129 @@ void tpu_metrics_histogram(tpu_buf_t *b, const char *name, const tpu_mlabel_t *l
   tpu_buf_printf(b, "%s_count", name);
   put_labels(b, labels, nlabels, NULL, NULL);
   tpu_buf_printf(b, " %llu\n", (unsigned long long)cum); /* == the +Inf bucket, by construction */
+}
+
+/* ---- process_* ---- */
+
+/* Strict decimal at *p (after spaces); advances *p. -1 when there is none or it overflows. */
+static int next_u64(const char **p, uint64_t *out) {
+  const char *s = *p;
+  while (*s == ' ') s++;
+  if (*s < '0' || *s > '9') return -1;
+  uint64_t v = 0;
+  for (; *s >= '0' && *s <= '9'; s++) {
+    if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10) return -1;
+    v = v * 10 + (uint64_t)(*s - '0');
+  }
+  if (*s != ' ' && *s != '\n' && *s != 0) return -1;
+  *p = s;
+  *out = v;
+  return 0;
+}
+
+/* Skips one space-separated field (which may be negative or a state letter). */
+static int skip_field(const char **p) {
+  const char *s = *p;
+  while (*s == ' ') s++;
+  if (!*s || *s == '\n') return -1;
+  while (*s && *s != ' ' && *s != '\n') s++;
+  *p = s;
+  return 0;
+}
+
+int tpu_metrics_parse_proc_stat(const char *text, uint64_t *cpu_ticks, uint64_t *start_ticks,
+                                uint64_t *vsize_bytes, uint64_t *rss_pages) {
+  /* "pid (comm) state ppid ...": the fields after comm, counted from 3 (state), proc(5). */
+  const char *p = strrchr(text, ')');
+  if (!p || !strchr(text, '(') || strchr(text, '(') > p) return -1;
+  p++;
+  uint64_t utime = 0, stime = 0, v;
+  for (int field = 3; field <= 24; field++) {
+    if (field == 14 || field == 15 || field == 22 || field == 23 || field == 24) {
+      if (next_u64(&p, &v) != 0) return -1;
+      if (field == 14) utime = v;
+      else if (field == 15) stime = v;
+      else if (field == 22) *start_ticks = v;
+      else if (field == 23) *vsize_bytes = v;
+      else *rss_pages = v;
+    } else if (skip_field(&p) != 0) {
+      return -1;
+    }
+  }
+  if (utime > UINT64_MAX - stime) return -1;
+  *cpu_ticks = utime + stime;
+  return 0;
+}
+
+/* Reads a small /proc file into buf (NUL-terminated); -1 when it cannot. */
+static int read_small(const char *path, char *buf, size_t len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  size_t n = 0;
+  while (n + 1 < len) {
+    ssize_t r = read(fd, buf + n, len - 1 - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    n += (size_t)r;
+  }
+  close(fd);
+  buf[n] = 0;
+  return n ? 0 : -1;
+}
+
+int tpu_metrics_process_stats(tpu_process_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  char buf[8192];
+  uint64_t cpu, start, vsize, rss;
+  if (read_small("/proc/self/stat", buf, sizeof buf) != 0 ||
+      tpu_metrics_parse_proc_stat(buf, &cpu, &start, &vsize, &rss) != 0)
+    return -1;
+  long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+  if (tick <= 0) tick = 100;
+  if (page <= 0) page = 4096;
+  out->cpu_seconds = (double)cpu / (double)tick;
+  out->resident_bytes = rss * (uint64_t)page;
+  out->virtual_bytes = vsize;
+  /* Start time: the boot time (/proc/stat "btime", seconds since the epoch) plus starttime. */
+  if (read_small("/proc/stat", buf, sizeof buf) == 0) {
+    const char *bt = strstr(buf, "\nbtime ");
+    uint64_t btime;
+    if (bt && (bt += 7, next_u64(&bt, &btime) == 0))
+      out->start_time = (double)btime + (double)start / (double)tick;
+  }
+  DIR *d = opendir("/proc/self/fd");
+  if (d) {
+    uint64_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+      if (e->d_name[0] != '.') n++;
+    closedir(d);
+    out->open_fds = n ? n - 1 : 0; /* not the descriptor of the listing itself */
+  }
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+    out->max_fds = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
+  return 0;
+}
+
+void tpu_metrics_process(tpu_buf_t *b, const tpu_process_stats_t *ps) {
+  tpu_metrics_family(b, "process_cpu_seconds_total", "counter",
+                     "Total user and system CPU time spent in seconds.");
+  tpu_metrics_double(b, "process_cpu_seconds_total", NULL, 0, ps->cpu_seconds);
+  tpu_metrics_family(b, "process_resident_memory_bytes", "gauge",
+                     "Resident memory size in bytes.");
+  tpu_metrics_u64(b, "process_resident_memory_bytes", NULL, 0, ps->resident_bytes);
+  tpu_metrics_family(b, "process_virtual_memory_bytes", "gauge",
+                     "Virtual memory size in bytes.");
+  tpu_metrics_u64(b, "process_virtual_memory_bytes", NULL, 0, ps->virtual_bytes);
+  tpu_metrics_family(b, "process_start_time_seconds", "gauge",
+                     "Start time of the process since unix epoch in seconds.");
+  tpu_metrics_double(b, "process_start_time_seconds", NULL, 0, ps->start_time);
+  tpu_metrics_family(b, "process_open_fds", "gauge", "Number of open file descriptors.");
+  tpu_metrics_u64(b, "process_open_fds", NULL, 0, ps->open_fds);
+  tpu_metrics_family(b, "process_max_fds", "gauge",
+                     "Maximum number of open file descriptors.");
+  tpu_metrics_u64(b, "process_max_fds", NULL, 0, ps->max_fds);
 }
 
 /* ---- the renderer ---- */
@@ -379,4 +508,6 @@ void tpu__metrics_render(tpu_server_t *srv, tpu_buf_t *b) {
   tpu_metrics_u64(b, "tpud_draining", NULL, 0, (uint64_t)atomic_load(&srv->draining));
   render_audit(b, srv);
   tpu__models_release(t);
+  tpu_process_stats_t ps;
+  if (tpu_metrics_process_stats(&ps) == 0) tpu_metrics_process(b, &ps);
 }

@@ -793,6 +793,7 @@ static void publish(tpu__repo_t *r) {
       set_names(e, m->name, v->version);
       atomic_init(&e->refs, 1);
       e->state = shown_state(v);
+      e->unwanted = v->unloaded || (m->disabled && !v->pinned);
       snprintf(e->reason, sizeof e->reason, "%s",
                v->ndraining && !v->reason[0] ? "draining in-flight requests" : v->reason);
       a[t->n++] = e;
@@ -1457,4 +1458,43 @@ size_t tpu__models_ready(tpu_server_t *srv) {
     n += t->models[i]->state == TPUD__MODEL_STATE__MODEL_STATE_READY;
   tpu__models_release(t);
   return n;
+}
+
+/* A model the repository is trying to serve but that has no ready version: one of its versions
+ * is LOADING or FAILED (and not unloaded by request) and none is READY. Versions UNAVAILABLE
+ * (unloaded, outside the version policy), UNLOADING, or FAILED and then unloaded by request are
+ * not being served on purpose and do not count. */
+static int unready_model(const tpu__models_t *t, size_t i) {
+  const tpu__model_t *m = t->models[i];
+  if (m->unwanted || (m->state != TPUD__MODEL_STATE__MODEL_STATE_LOADING &&
+                      m->state != TPUD__MODEL_STATE__MODEL_STATE_FAILED))
+    return 0;
+  for (size_t k = 0; k < t->n; k++)
+    if (t->models[k]->state == TPUD__MODEL_STATE__MODEL_STATE_READY &&
+        strcmp(t->models[k]->name, m->name) == 0)
+      return 0;
+  return 1;
+}
+
+int tpu__models_server_ready(tpu_server_t *srv, int strict, char *why, size_t whylen) {
+  tpu__models_t *t = tpu__models_acquire(srv);
+  size_t ready = 0;
+  for (size_t i = 0; i < t->n; i++)
+    ready += t->models[i]->state == TPUD__MODEL_STATE__MODEL_STATE_READY;
+  int ok = ready > 0;
+  if (!ok) snprintf(why, whylen, "no model is ready");
+  for (size_t i = 0; ok && strict && i < t->n; i++) {
+    if (!unready_model(t, i)) continue;
+    const tpu__model_t *m = t->models[i];
+    ok = 0;
+    if (m->state == TPUD__MODEL_STATE__MODEL_STATE_FAILED)
+      snprintf(why, whylen, "model '%s' has no ready version (version %s failed: %.200s); "
+               "--strict-readiness needs every configured model ready", m->name,
+               m->version_str, m->reason[0] ? m->reason : "no reason recorded");
+    else
+      snprintf(why, whylen, "model '%s' is still loading (version %s); --strict-readiness "
+               "needs every configured model ready", m->name, m->version_str);
+  }
+  tpu__models_release(t);
+  return ok;
 }

@@ -18,9 +18,10 @@
 #include <string.h>
 #include <unistd.h>
 
-/* OPT_FSYNC: always|interval|never (tpu_audit_fsync_t); OPT_BOOL: a switch (int 0/1): the bare
+/* OPT_FSYNC: always|interval|never (tpu_audit_fsync_t); OPT_LOGFMT: text|json
+ * (tpu_log_format_t); OPT_BOOL: a switch (int 0/1): the bare
  * flag sets it, "--name=false" clears it, JSON true/false. */
-typedef enum { OPT_STR, OPT_UINT, OPT_U64, OPT_LEVEL, OPT_FSYNC, OPT_BOOL } opt_type_t;
+typedef enum { OPT_STR, OPT_UINT, OPT_U64, OPT_LEVEL, OPT_FSYNC, OPT_BOOL, OPT_LOGFMT } opt_type_t;
 
 typedef struct {
   const char *name;   /* flag without "--", and JSON key */
@@ -114,8 +115,14 @@ static const opt_t options[] = {
      "health (live/ready) needs no credentials, for probes (--auth-open-health=false)"},
     {"auth-open-metrics", OPT_BOOL, OFF(auth_open_metrics), 0, 0, 1, "off", "switch",
      "GET /metrics needs no credentials (else role infer)"},
+    {"strict-readiness", OPT_BOOL, OFF(strict_readiness), 0, 0, 1, "on", "switch",
+     "ready (/v2/health/ready, ServerReady) only when every model served has a ready "
+     "version; --strict-readiness=false: when any version is"},
     {"log-level", OPT_LEVEL, OFF(log_level), 0, 0, 0, "info", "debug|info|warn|error",
      "least severe level written to stderr"},
+    {"log-format", OPT_LOGFMT, OFF(log_format), 0, 0, 0, "text", "text|json",
+     "stderr lines: text (\"TIME LEVEL message\") or json (one object a line: time, level, "
+     "message)"},
 };
 #define NOPTIONS (sizeof options / sizeof options[0])
 _Static_assert(NOPTIONS <= 64, "tpu_config_t.given has one bit per option");
@@ -151,6 +158,7 @@ void tpu_config_defaults(tpu_config_t *cfg) {
   cfg->http_tls = 1;
   cfg->tls_handshake_timeout_s = 10;
   cfg->auth_open_health = 1;
+  cfg->strict_readiness = 1;
 }
 
 static const opt_t *find_opt(const char *name, size_t len) {
@@ -182,6 +190,13 @@ static int store_value(tpu_config_t *cfg, const opt_t *o, const char *value, con
     if (tpu_log_parse_level(value, (tpu_log_level_t *)(void *)field) != 0) {
       tpu_errf(err, errlen, "%s: option '%s' must be one of debug, info, warn, error; got '%s'",
                src, o->name, value);
+      return -1;
+    }
+    return 0;
+  case OPT_LOGFMT:
+    if (tpu_log_parse_format(value, (tpu_log_format_t *)(void *)field) != 0) {
+      tpu_errf(err, errlen, "%s: option '%s' must be text or json; got '%s'", src, o->name,
+               value);
       return -1;
     }
     return 0;
@@ -262,7 +277,8 @@ int tpu_config_apply_json(tpu_config_t *cfg, const char *text, const char *what,
     char buf[64];
     const char *text_val;
     if (json_is_string(val) &&
-        (o->type == OPT_STR || o->type == OPT_LEVEL || o->type == OPT_FSYNC)) {
+        (o->type == OPT_STR || o->type == OPT_LEVEL || o->type == OPT_FSYNC ||
+         o->type == OPT_LOGFMT)) {
       text_val = json_string_value(val);
     } else if (json_is_boolean(val) && o->type == OPT_BOOL) {
       text_val = json_is_true(val) ? "true" : "false";
@@ -388,6 +404,7 @@ void tpu_config_usage(FILE *out) {
                                                                       : "DIR")
              : o->type == OPT_LEVEL ? "LEVEL"
              : o->type == OPT_FSYNC ? "POLICY"
+             : o->type == OPT_LOGFMT ? "FORMAT"
              : o->type == OPT_BOOL  ? ""
                                     : "N");
     if (strcmp(o->name, "listen") == 0) snprintf(left, sizeof left, "--listen ADDR");
@@ -417,6 +434,9 @@ struct json_t *tpu_config_to_json(const tpu_config_t *cfg) {
       v = json_string(tpu_fsync_name((tpu_audit_fsync_t) * (const int *)(const void *)field));
       break;
     case OPT_BOOL: v = json_boolean(*(const int *)(const void *)field); break;
+    case OPT_LOGFMT:
+      v = json_string(tpu_log_format_name(*(const tpu_log_format_t *)(const void *)field));
+      break;
     }
     if (!v || json_object_set_new(o, opt->name, v) != 0) {
       json_decref(o);

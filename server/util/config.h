@@ -58,7 +58,9 @@ typedef struct {
   char tokens[4096];           /* tokens file: bearer token digests → name, role */
   int auth_open_health;        /* 1: health endpoints need no credentials */
   int auth_open_metrics;       /* 1: /metrics needs no credentials */
+  int strict_readiness;        /* 1: ready only when every configured model is ready */
   tpu_log_level_t log_level;
+  tpu_log_format_t log_format; /* stderr lines: text or json (log.h) */
   uint64_t given;              /* which options a flag or the file set (tpu_config_given) */
 } tpu_config_t;
 

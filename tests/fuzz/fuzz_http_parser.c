@@ -25,7 +25,7 @@ static void check(const char *buf, size_t len, const tpu_http_limits_t *lim,
     if (r->content_length > lim->max_body_bytes) abort();
   } else if (rc == TPU_HTTP_PARSE_ERROR) {
     switch (r->status) {
-    case 400: case 411: case 413: case 417: case 431: case 505: break;
+    case 400: case 413: case 417: case 431: case 501: case 505: break;
     default: abort();
     }
     if (!r->error || !*r->error) abort();

@@ -1113,10 +1113,24 @@ case("http-cl-huge", "lengths", "http", post(INFER(), b"", cl=99999999999),
 case("http-cl-twice", "lengths", "http",
      post(INFER(), jbody(), extra="Content-Length: 3\r\n"),
      400, "Content-Length given twice with different values", close=True)
+# Chunked bodies are decoded (test_bodies.sh has the rest): this one reaches the JSON decoder.
 case("http-chunked", "lengths", "http",
      b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
      b"2\r\n{}\r\n0\r\n\r\n",
-     411, "chunked request bodies are not supported: send Content-Length", close=True)
+     400, "invalid request: inputs: missing")
+case("http-chunked-bad-size", "lengths", "http",
+     b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"2x\r\n{}\r\n0\r\n\r\n",
+     400, "chunked body: chunk size is not hexadecimal", close=True)
+case("http-te-gzip", "lengths", "http",
+     b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
+     501, "Transfer-Encoding: only chunked is supported", close=True)
+case("http-ce-unknown", "lengths", "http",
+     post(INFER(), jbody(), extra="Content-Encoding: br\r\n"),
+     415, "Content-Encoding 'br' is not supported")
+case("http-ce-gzip-corrupt", "lengths", "http",
+     post(INFER(), jbody(), extra="Content-Encoding: gzip\r\n"),
+     400, "gzip request body is not valid gzip data")
 case("http-cl-longer-eof", "lengths", "http", (post(INFER(), jbody(), cl=5000), "shut"),
      "closed", (), eof_only=True)
 case("http-header-too-big", "lengths", "http", get("/v2", extra="X-Big: " + "a" * 20000 + "\r\n"),

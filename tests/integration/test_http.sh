@@ -51,7 +51,9 @@ live() {
 
 # ---- endpoints ----
 req GET /v2/health/live 200 'j == {"live": True}'
-req GET /v2/health/ready 200 'j == {"ready": True}'
+# "broken" has FAILED: under --strict-readiness (the default) the server is not ready
+# (test_readiness.sh covers both modes and every protocol).
+req GET /v2/health/ready 503 'j["ready"] is False and "model '"'broken'"' has no ready version" in j["error"]'
 req GET /v2 200 'j["name"] == "tpud" and isinstance(j["version"], str) and isinstance(j["extensions"], list)'
 req GET /v2/models/digits 200 'j["name"] == "digits" and j["versions"] == ["1"] and j["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 64]}] and j["outputs"][0]["shape"] == [-1, 10]'
 req GET /v2/models/digits/versions/1 200 'j["name"] == "digits"'
@@ -173,7 +175,7 @@ for ln, line in enumerate(text.splitlines(), 1):
     fam = re.sub(r"_(bucket|sum|count)$", "", name) if types.get(re.sub(r"_(bucket|sum|count)$", "", name)) == "histogram" else name
     assert fam in types, ("sample without TYPE", line)
     assert fam == last_family, ("family samples not contiguous", line)
-    assert name.startswith("tpud_"), line
+    assert name.startswith(("tpud_", "process_")), line  # process_*: test_operations.sh
     if types[fam] == "counter": assert name.endswith("_total"), line
     labels = dict(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
     samples.append((name, labels, float(value.replace("+Inf", "inf"))))

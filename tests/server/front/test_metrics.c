@@ -206,7 +206,42 @@ static void test_histogram_random(void) {
   }
 }
 
-TPU_TEST_SUITE(front_metrics,
+/* /proc/<pid>/stat: the command name may hold spaces and parentheses (the last ')' ends it);
+ * malformed texts are refused, not read as zeros. */
+static void test_proc_stat(void) {
+  const char *ok = "4242 (tpud (x) y) S 1 4242 4242 0 -1 4194560 1500 0 0 0 250 75 0 0 20 0 9 0 "
+                   "123456 987654321 2048 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0\n";
+  uint64_t cpu = 0, start = 0, vsize = 0, rss = 0;
+  CU_ASSERT_EQUAL(tpu_metrics_parse_proc_stat(ok, &cpu, &start, &vsize, &rss), 0);
+  CU_ASSERT_EQUAL(cpu, 325);
+  CU_ASSERT_EQUAL(start, 123456);
+  CU_ASSERT_EQUAL(vsize, 987654321);
+  CU_ASSERT_EQUAL(rss, 2048);
+  const char *bad[] = {"", "4242 tpud S 1", "4242 (tpud) S 1 2 3", ")( 1 2",
+                       "4242 (tpud) S 1 4242 4242 0 -1 4194560 1500 0 0 0 x5 75 0 0 20 0 9 0 "
+                       "123456 987654321 2048\n",
+                       "4242 (tpud) S 1 4242 4242 0 -1 4194560 1500 0 0 0 250 75 0 0 20 0 9 0 "
+                       "99999999999999999999999 1 2\n"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    CU_ASSERT_EQUAL(tpu_metrics_parse_proc_stat(bad[i], &cpu, &start, &vsize, &rss), -1);
+}
+
+/* This process's figures are sane and the families well formed. */
+static void test_process(void) {
+  tpu_process_stats_t ps;
+  CU_ASSERT_EQUAL_FATAL(tpu_metrics_process_stats(&ps), 0);
+  CU_ASSERT(ps.resident_bytes > 1024 * 1024 && ps.resident_bytes <= ps.virtual_bytes);
+  CU_ASSERT(ps.open_fds >= 3 && ps.open_fds <= ps.max_fds);
+  CU_ASSERT(ps.start_time > 1.6e9 && ps.start_time < 4.1e9);
+  CU_ASSERT(ps.cpu_seconds >= 0 && ps.cpu_seconds < 1e6);
+  tpu_buf_t b = {0};
+  tpu_metrics_process(&b, &ps);
+  CU_ASSERT_PTR_NOT_NULL(strstr(b.p, "# TYPE process_cpu_seconds_total counter\n"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(b.p, "\nprocess_max_fds "));
+  tpu_buf_free(&b);
+}
+
+TPU_TEST_SUITE(front_metrics, {"proc_stat", test_proc_stat}, {"process", test_process},
                {"family", test_family},
                {"u64", test_u64},
                {"label_escaping", test_label_escaping},

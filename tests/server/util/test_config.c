@@ -31,6 +31,7 @@ static void test_defaults(void) {
   CU_ASSERT_EQUAL(c.max_message_bytes, 64u << 20);
   CU_ASSERT_EQUAL(c.max_buffered_bytes, 256u << 20);
   CU_ASSERT_EQUAL(c.log_level, TPU_LOG_INFO);
+  CU_ASSERT_EQUAL(c.strict_readiness, 1); /* as Triton: every configured model ready */
   CU_ASSERT_FALSE(tpu_config_given(&c, "max-connections")); /* defaults are not "given" */
 }
 

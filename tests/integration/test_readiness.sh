@@ -1,0 +1,158 @@
+#!/bin/bash
+# test_readiness.sh - --strict-readiness against the real tpud, over HTTP, the framed protocol
+# (tpuctl health) and gRPC ServerReady (stubs generated here from proto/grpc_service.proto):
+# a repository with one good and one broken model is not ready under the default (strict),
+# ready with --strict-readiness=false; live stays 200 and the good model keeps answering in
+# both; under strict, unloading the broken model by request, or fixing its files (SIGHUP),
+# makes the server ready. $1 = build directory, $2 = source directory.
+set -u
+BUILD=$1
+SRC=$2
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # tpud_ports
+TPUD=$BUILD/server/tpud
+TPUCTL=$BUILD/client/tpuctl
+for b in "$TPUD" "$TPUCTL"; do [ -x "$b" ] || { echo "$b not built"; exit 1; }; done
+for c in curl protoc grpc_python_plugin; do command -v $c >/dev/null || { echo "$c missing"; exit 1; }; done
+PY=/usr/bin/python3
+[ -x $PY ] || PY=python3
+$PY -c 'import grpc, google.protobuf' 2>/dev/null ||
+  { echo "python3-grpcio or -protobuf missing (deploy/deps.sh installs them)"; exit 1; }
+
+WORK=$(mktemp -d)
+PID=
+trap '[ -n "$PID" ] && kill $PID 2>/dev/null; rm -rf "$WORK"' EXIT
+FAIL=0
+fail() { echo "FAIL: $*"; FAIL=1; }
+ok() { echo "ok: $*"; }
+
+GEN=$WORK/gen
+mkdir -p "$GEN"
+protoc -I "$SRC/proto" --python_out="$GEN" --grpc_python_out="$GEN" \
+  --plugin=protoc-gen-grpc_python="$(command -v grpc_python_plugin)" \
+  "$SRC/proto/grpc_service.proto" 2>"$WORK/protoc.err" && [ -f "$GEN/grpc_service_pb2_grpc.py" ] ||
+  { echo "FAIL: protoc: $(cat "$WORK/protoc.err")"; exit 1; }
+
+# A repository: digits (good) and broken (its model.json declares no layers: load fails).
+REPO=$WORK/repo
+mkdir -p "$REPO/digits" "$REPO/broken/1"
+cp -r "$SRC/models/digits/1" "$REPO/digits/1"
+echo '{"inputs": []}' >"$REPO/broken/1/model.json"
+
+start() { # [tpud flags...]: sets PID, NPORT, HPORT, LOG, URL
+  LOG=$WORK/tpud.$RANDOM.log
+  "$TPUD" --models "$REPO" --port 0 --http-port 0 --poll-seconds 0 "$@" 2>"$LOG" &
+  PID=$!
+  tpud_ports "$LOG" $PID || exit 1
+  URL=http://127.0.0.1:$HPORT
+}
+stop() {
+  kill -TERM "$PID" 2>/dev/null
+  wait "$PID"
+  local rc=$?
+  [ $rc = 0 ] || fail "tpud exited $rc after SIGTERM: $(tail -5 "$LOG")"
+  PID=
+}
+code() { curl -s -o "$WORK/body" -w '%{http_code}' "$URL$1"; }
+grpc_ready() { # prints True or False: gRPC inference.GRPCInferenceService/ServerReady
+  PYTHONPATH=$GEN $PY - "127.0.0.1:$NPORT" <<'EOF'
+import sys, grpc, grpc_service_pb2 as pb, grpc_service_pb2_grpc as pbg
+with grpc.insecure_channel(sys.argv[1]) as ch:
+    grpc.channel_ready_future(ch).result(timeout=10)
+    print(pbg.GRPCInferenceServiceStub(ch).ServerReady(pb.ServerReadyRequest(), timeout=10).ready)
+EOF
+}
+# wait_state MODEL VERSION STATE: until tpuctl models lists it so (10 s).
+wait_state() {
+  for _ in $(seq 1 100); do
+    "$TPUCTL" --addr 127.0.0.1:$NPORT models 2>/dev/null | grep -q "$1.*$2.*$3" && return 0
+    sleep 0.1
+  done
+  fail "$1 version $2 not $3: $("$TPUCTL" --addr 127.0.0.1:$NPORT models 2>&1)"
+  return 1
+}
+# The checks that hold in both modes: live, the good model ready and answering.
+others_answer() { # MODE
+  [ "$(code /v2/health/live)" = 200 ] && ok "$1: live is 200" || fail "$1: live $(cat "$WORK/body")"
+  [ "$(code /v2/models/digits/ready)" = 200 ] && ok "$1: digits ready" ||
+    fail "$1: digits/ready: $(cat "$WORK/body")"
+  [ "$(code /v2/models/broken/ready)" = 503 ] && ok "$1: broken/ready is 503" ||
+    fail "$1: broken/ready: $(cat "$WORK/body")"
+  local st
+  st=$(curl -s -o "$WORK/infer" -w '%{http_code}' -H 'Content-Type: application/json' \
+    --data-binary @"$WORK/x.json" "$URL/v2/models/digits/infer")
+  [ "$st" = 200 ] && $PY -c "import json; j = json.load(open('$WORK/infer')); \
+assert j['outputs'][0]['shape'] == [1, 10]" && ok "$1: digits infers (200)" ||
+    fail "$1: digits infer $st: $(head -c 300 "$WORK/infer")"
+}
+$PY -c "import json; json.dump({'inputs': [{'name': 'x', 'shape': [1, 64], 'datatype': 'FP32', \
+'data': [0.5] * 64}]}, open('$WORK/x.json', 'w'))"
+
+# ---- 1. strict (the default): not ready on every protocol ----
+start
+wait_state broken 1 FAILED
+st=$(code /v2/health/ready)
+[ "$st" = 503 ] && $PY -c "import json; j = json.load(open('$WORK/body')); \
+assert j['ready'] is False and \"model 'broken' has no ready version (version 1 failed\" in j['error']" &&
+  ok "strict: /v2/health/ready is 503 {\"ready\": false, \"error\": names broken}" ||
+  fail "strict: ready $st $(cat "$WORK/body")"
+r=$(grpc_ready 2>&1)
+[ "$r" = False ] && ok "strict: gRPC ServerReady false" || fail "strict: gRPC ServerReady: $r"
+out=$("$TPUCTL" --addr 127.0.0.1:$NPORT health 2>&1)
+[ $? != 0 ] && echo "$out" | grep -q "not ready" && ok "strict: tpuctl health (framed) exits non-zero" ||
+  fail "strict: tpuctl health: $out"
+code /v2/debug/config >/dev/null
+$PY -c "import json; assert json.load(open('$WORK/body'))['strict-readiness'] is True" &&
+  ok "strict: /v2/debug/config says strict-readiness true" || fail "debug/config: $(cat "$WORK/body")"
+others_answer strict
+
+# Unloading the broken model by request: it is no longer configured to serve (it still shows
+# FAILED, with its reason).
+out=$("$TPUCTL" --addr 127.0.0.1:$NPORT unload broken 2>&1) || fail "tpuctl unload broken: $out"
+for _ in $(seq 1 50); do [ "$(code /v2/health/ready)" = 200 ] && break; sleep 0.1; done
+[ "$(code /v2/health/ready)" = 200 ] && ok "strict: ready (200) once broken is unloaded by request" ||
+  fail "strict: after unloading broken: ready $(cat "$WORK/body")"
+stop
+
+# Fixing the broken model's files and SIGHUP (rescan): ready once it loads.
+start --strict-readiness=true
+wait_state broken 1 FAILED
+[ "$(code /v2/health/ready)" = 503 ] || fail "--strict-readiness=true: ready $(cat "$WORK/body")"
+rm -rf "$REPO/broken/1"
+cp -r "$SRC/models/digits/1" "$REPO/broken/1"
+kill -HUP $PID
+wait_state broken 1 READY
+[ "$(code /v2/health/ready)" = 200 ] && [ "$(grpc_ready 2>&1)" = True ] &&
+  ok "strict: ready over HTTP and gRPC once the broken model is fixed (SIGHUP)" ||
+  fail "strict: after the fix: ready $(cat "$WORK/body")"
+stop
+rm -rf "$REPO/broken/1"
+mkdir -p "$REPO/broken/1"
+echo '{"inputs": []}' >"$REPO/broken/1/model.json"
+
+# ---- 2. --strict-readiness=false: ready while one model is ----
+start --strict-readiness=false
+wait_state broken 1 FAILED
+[ "$(code /v2/health/ready)" = 200 ] && [ "$(tr -d ' ' <"$WORK/body")" = '{"ready":true}' ] &&
+  ok "off: /v2/health/ready is 200 {\"ready\": true}" || fail "off: ready $(cat "$WORK/body")"
+r=$(grpc_ready 2>&1)
+[ "$r" = True ] && ok "off: gRPC ServerReady true" || fail "off: gRPC ServerReady: $r"
+out=$("$TPUCTL" --addr 127.0.0.1:$NPORT health 2>&1) && [ "$out" = ready ] &&
+  ok "off: tpuctl health says ready" || fail "off: tpuctl health: $out"
+others_answer off
+stop
+
+# ---- 3. the option: config file key, bad values ----
+echo '{"strict-readiness": false}' >"$WORK/cfg.json"
+start --config "$WORK/cfg.json"
+wait_state broken 1 FAILED
+[ "$(code /v2/health/ready)" = 200 ] && ok "config file {\"strict-readiness\": false}" ||
+  fail "config file: ready $(cat "$WORK/body")"
+stop
+"$TPUD" --models "$REPO" --strict-readiness=maybe 2>"$WORK/err"
+[ $? = 2 ] && grep -q "strict-readiness.*switch" "$WORK/err" && ok "--strict-readiness=maybe refused" ||
+  fail "bad value: $(cat "$WORK/err")"
+"$TPUD" --help | grep -q -- "--strict-readiness" && ok "--help lists --strict-readiness" ||
+  fail "--help has no --strict-readiness"
+
+[ $FAIL = 0 ] && echo "test_readiness: all passed" || echo "test_readiness: FAILED"
+exit $FAIL
