@@ -6,7 +6,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR     ?= $(if $(CI),ON,OFF)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test run bench bench-onnx clean deploy-test fuzz test-asan test-tsan
+.PHONY: all deps configure build test run bench bench-onnx check-vmath clean deploy-test fuzz test-asan test-tsan
 
 all: build
 
@@ -31,6 +31,11 @@ bench:
 	@cmake --build $(BUILD) -j $(JOBS)
 	@$(BUILD)/bench/engine_bench $(BENCH_ARGS)
 	@bench/onnx_vs_ort.sh $(BUILD) .
+
+# The vector math's error over every binary32 input, against the bounds engine/kernels/vmath.h
+# documents (bench/vmath_check; about 10 minutes per kernel set on 2 vCPUs).
+check-vmath: build
+	@$(BUILD)/tests/vmath_check --limit --threads $(JOBS)
 
 # Only the ONNX comparison (tpud's graph path vs ONNX Runtime and vs the dense chain):
 # bench/onnx_vs_ort.sh; ONNX_BENCH_ENV passes its settings, e.g. "REPS=3 SERVER=0".

@@ -469,6 +469,8 @@ static void reduce_block_f32(const reduce_p *p, const float *x, float *y) {
           double v = row[i];
           if (v > acc[i] || v != v) acc[i] = v; /* a NaN sticks, as in the general kernel */
         }
+      } else if (p->inner == 1) {
+        acc[0] += row[0]; /* a row sum (reduced last axis): a call per element would dominate */
       } else {
         p->vec->acc_f64(acc, row, p->inner); /* the same additions, vectorized */
       }
