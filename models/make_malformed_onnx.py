@@ -325,6 +325,25 @@ def c_external(location, make_files=None):
     return build
 
 
+def c_external_file(digest):
+    """fc1.weight's bytes in w.bin beside the model; model.json's checkpoint.external lists no
+    digest for it (digest None) or a wrong one."""
+    def build():
+        m = mlp()
+        t = init(m, "fc1.weight")
+        raw = t.raw_data
+        t.ClearField("raw_data")
+        t.data_location = TensorProto.EXTERNAL
+        for k, v in (("location", "w.bin"), ("offset", "0"), ("length", str(len(raw)))):
+            e = t.external_data.add()
+            e.key, e.value = k, v
+        change = {"files": {"w.bin": raw}}
+        if digest:
+            change["external"] = {"w.bin": digest}
+        return ser(m), change
+    return build
+
+
 def c_opset(v):
     return lambda: ser(mlp(opset=v))
 
@@ -514,6 +533,12 @@ CASES = [
      None),
     ("ext_missing", c_external("weights.bin"), "fc1.weight's external data file absent",
      ["fc1.weight", "weights.bin"], None),
+    ("ext_unlisted", c_external_file(None),
+     "fc1.weight's external data w.bin, valid, but with no digest in checkpoint.external",
+     ["fc1.weight", "w.bin", "checkpoint.external"], None),
+    ("ext_digest_mismatch", c_external_file("0" * 64),
+     "fc1.weight's external data w.bin, listed in checkpoint.external with another digest",
+     ["w.bin", "SHA-256 mismatch"], None),
     ("opset_5", c_opset(5), "default-domain opset 5", ["opset 5"], None),
     ("opset_99", c_opset(99), "default-domain opset 99", ["opset 99"], None),
     ("output_unproduced", c_output_unproduced, "graph output ghost that no node produces",
@@ -561,6 +586,8 @@ def model_json(onnx_bytes, change):
             j["checkpoint"]["sha256"] = change["sha256"]
         if "layers" in change:
             j["layers"] = change["layers"]
+        if "external" in change:
+            j["checkpoint"]["external"] = change["external"]
     return json.dumps(j, indent=1) + "\n"
 
 
@@ -577,8 +604,13 @@ def main():
     listing = []
     for name, build, what, frags, change in CASES:
         data = build()
+        if isinstance(data, tuple):  # (bytes, model.json changes and extra files)
+            data, change = data
         d = os.path.join(OUT, name, "1")
         os.makedirs(d)
+        for fname, content in (change or {}).get("files", {}).items():
+            with open(os.path.join(d, fname), "wb") as f:
+                f.write(content)
         with open(os.path.join(d, "model.onnx"), "wb") as f:
             f.write(data)
         with open(os.path.join(d, "model.json"), "w") as f:

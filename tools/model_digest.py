@@ -3,7 +3,9 @@
 
 For each VERSION_DIR, reads model.json, hashes the file "checkpoint.file" names (and
 "reference.file" when there is a reference) and writes the digests into "checkpoint.sha256" and
-"reference.sha256". Only the digest strings change: every other byte of model.json (key order,
+"reference.sha256". For an ONNX model, also the digest of each external data file in
+"checkpoint.external" (file -> sha256), adding the files the .onnx names that the list lacks
+when python3-onnx is installed (tpud refuses external data without a digest there). Only the digest strings change: every other byte of model.json (key order,
 layout, spacing) stays as it was. With --check nothing is written; each stale digest is reported
 with the file it belongs to, and the exit status is 1 when any is.
 
@@ -78,7 +80,7 @@ class _Scanner:
                 self.i += 1
             if self.i == start:
                 raise ValueError(f"unexpected {c!r} at offset {start}")
-        if len(path) == 2:
+        if len(path) == 2 or (len(path) == 3 and path[:2] == ("checkpoint", "external")):
             self.spans[path] = (start, self.i)
 
     def string_end(self):
@@ -117,6 +119,71 @@ def sha256_file(path):
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def onnx_external_locations(onnx_path):
+    """The external data files an .onnx file names, when python3-onnx is there (else None)."""
+    try:
+        import onnx  # only for listing the files; digests need nothing but hashlib
+    except ImportError:
+        return None
+    m = onnx.load(onnx_path, load_external_data=False)
+    locs = []
+    for t in m.graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            for e in t.external_data:
+                if e.key == "location" and e.value not in locs:
+                    locs.append(e.value)
+    return locs
+
+
+def external_digests(version_dir, path, config, scanner, check):
+    """checkpoint.external of an ONNX model: each listed file's digest recomputed, and (with
+    python3-onnx) the files the .onnx names but the list lacks added. Returns (problems, edits)."""
+    ck = config.get("checkpoint")
+    if config.get("format") != "onnx" or not isinstance(ck, dict):
+        return [], []
+    ext = ck.get("external", {})
+    if not isinstance(ext, dict):
+        return [f"{path}: checkpoint.external must be an object"], []
+    problems, edits, add = [], [], []
+    onnx_file = os.path.join(version_dir, ck.get("file", "model.onnx"))
+    locs = onnx_external_locations(onnx_file) if os.path.exists(onnx_file) else None
+    for loc in locs or []:
+        if loc not in ext:
+            add.append(loc)
+    for name in list(ext) + add:
+        fp = os.path.join(version_dir, name)
+        try:
+            actual = sha256_file(fp)
+        except OSError as e:
+            problems.append(f"{fp}: cannot read ({e.strerror})")
+            continue
+        if ext.get(name) == actual:
+            continue
+        if check and name not in ext:
+            problems.append(f"{fp}: {onnx_file} reads it, but {path} has no digest for it in "
+                            "checkpoint.external")
+            continue
+        if check:
+            problems.append(f"{fp}: sha256 is {actual}, {path} says checkpoint.external"
+                            f"[{name!r}] {ext.get(name)!r}")
+            continue
+        print(f"{path}: checkpoint.external[{name!r}] {actual}")
+        if name in ext:
+            s0, s1 = scanner.spans[("checkpoint", "external", name)]
+            edits.append((s0, s1, json.dumps(actual)))
+    if add and not check and not problems:
+        entries = ", ".join(f"{json.dumps(n)}: {json.dumps(sha256_file(os.path.join(version_dir, n)))}"
+                            for n in add)
+        span = scanner.spans.get(("checkpoint", "external"))
+        if span is not None:  # insert before the object's closing brace
+            inner = scanner.s[span[0] + 1:span[1] - 1].strip()
+            edits.append((span[1] - 1, span[1] - 1, (", " if inner else "") + entries))
+        else:
+            anchor = scanner.spans.get(("checkpoint", "sha256")) or scanner.spans[("checkpoint", "file")]
+            edits.append((anchor[1], anchor[1], f', "external": {{{entries}}}'))
+    return problems, edits
 
 
 def digest_version(version_dir, check=False):
@@ -160,6 +227,9 @@ def digest_version(version_dir, check=False):
         else:
             edits.append((span[0], span[1], json.dumps(actual)))
         print(f"{path}: {section}.sha256 {actual} ({obj['file']})")
+    ext_problems, ext_edits = external_digests(version_dir, path, config, scanner, check)
+    problems += ext_problems
+    edits += ext_edits
     if edits and not problems:
         for start, end, new in sorted(edits, reverse=True):
             text = text[:start] + new + text[end:]

@@ -473,8 +473,48 @@ static tpu_status_t parse_batching(ctx_t *c, json_t *o, tpu_model_config_t *cfg)
   return TPU_OK;
 }
 
+/* checkpoint.external: {"<relative path>": "<sha256>", ...} */
+static tpu_status_t parse_external(ctx_t *c, json_t *e, tpu_model_config_t *cfg) {
+  char g[96], path[600];
+  if (cfg->format != TPU_MODEL_FORMAT_ONNX)
+    return fail(c, TPU_EINVAL, "checkpoint.external: only an ONNX model has external data files");
+  if (!json_is_object(e))
+    return fail(c, TPU_EINVAL, "checkpoint.external: expected an object of file path -> SHA-256, "
+                "got %s", got(g, sizeof g, e));
+  size_t n = json_object_size(e);
+  if (n > TPU_MODEL_MAX_EXTERNAL)
+    return fail(c, TPU_EINVAL, "checkpoint.external: %zu files, at most %d", n,
+                TPU_MODEL_MAX_EXTERNAL);
+  if (n && !(cfg->external = calloc(n, sizeof *cfg->external)))
+    return fail(c, TPU_ENOMEM, "out of memory");
+  const char *key;
+  json_t *v;
+  json_object_foreach(e, key, v) {
+    size_t kl = strlen(key);
+    int bad = kl == 0 || kl > 512 || key[0] == '/' || strchr(key, '\\');
+    for (size_t i = 0; i < kl && !bad; i++) bad = (unsigned char)key[i] < 0x20;
+    for (const char *s = key; *s && !bad;) { /* no ".." component */
+      const char *sl = strchr(s, '/');
+      size_t len = sl ? (size_t)(sl - s) : strlen(s);
+      bad = len == 2 && s[0] == '.' && s[1] == '.';
+      s += len;
+      while (*s == '/') s++;
+    }
+    if (bad)
+      return fail(c, TPU_EINVAL, "checkpoint.external: '%.100s' is not a relative path inside "
+                  "the version directory (no leading '/', no '..', no '\\')", key);
+    tpu_model_external_config_t *x = &cfg->external[cfg->nexternal];
+    snprintf(path, sizeof path, "checkpoint.external[\"%s\"]", key);
+    tpu_status_t rc = get_sha(c, path, v, x->sha256);
+    if (rc != TPU_OK) return rc;
+    if (!(x->path = strdup(key))) return fail(c, TPU_ENOMEM, "out of memory");
+    cfg->nexternal++;
+  }
+  return TPU_OK;
+}
+
 static tpu_status_t parse_checkpoint(ctx_t *c, json_t *o, tpu_model_config_t *cfg) {
-  static const char *const keys[] = {"file", "sha256", NULL};
+  static const char *const keys[] = {"file", "sha256", "external", NULL};
   char g[96];
   tpu_status_t rc;
   if (!o) return fail(c, TPU_EINVAL, "checkpoint: required field is missing (it holds sha256)");
@@ -492,6 +532,8 @@ static tpu_status_t parse_checkpoint(ctx_t *c, json_t *o, tpu_model_config_t *cf
                                                  : "model.safetensors"))) {
     return fail(c, TPU_ENOMEM, "out of memory");
   }
+  json_t *e = json_object_get(o, "external");
+  if (e && (rc = parse_external(c, e, cfg)) != TPU_OK) return rc;
   return get_sha(c, "checkpoint.sha256", json_object_get(o, "sha256"), cfg->sha256);
 }
 
@@ -537,6 +579,8 @@ void tpu_model_config_free(tpu_model_config_t *cfg) {
   free(cfg->calibration.file);
   free(cfg->reference.label_output);
   free(cfg->checkpoint_file);
+  for (size_t i = 0; i < cfg->nexternal; i++) free(cfg->external[i].path);
+  free(cfg->external);
   free(cfg);
 }
 

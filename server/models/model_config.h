@@ -40,6 +40,11 @@
  *       batching.max_queue_delay_us  500
  *       checkpoint.file       "model.safetensors"
  *     checkpoint.sha256 is required: no version loads without a digest to check.
+ *   - checkpoint.external (onnx only, optional): {"<location>": "<sha256>", ...}, at most
+ *     TPU_MODEL_MAX_EXTERNAL files: every external data file the .onnx names must be listed
+ *     with its digest (model_graph.c refuses one that is not, or whose bytes differ), so the
+ *     weights are covered like the checkpoint itself. A location is a relative path (no
+ *     leading '/', no '..' component, no '\', no control characters).
  *   - buckets are strictly increasing positive integers and the last one must equal
  *     max_batch_size (an error, not silently appended: a config whose largest bucket is not its
  *     largest batch is almost always a mistake, and the fix is one edit the message names).
@@ -110,6 +115,16 @@ typedef struct {
   int static_scales; /* 1: one static activation scale per matmul instead of per-row dynamic */
 } tpu_model_calibration_config_t;
 
+/* model.json "checkpoint.external" (onnx): an external data file the graph may read, by its
+ * path relative to the version directory (as the tensors' "location" gives it), and the
+ * SHA-256 its bytes must have. */
+typedef struct {
+  char *path;
+  char sha256[65];
+} tpu_model_external_config_t;
+
+#define TPU_MODEL_MAX_EXTERNAL 256
+
 /* One dense layer: y = act(x·Wᵀ + b), W [out, in] as PyTorch's nn.Linear. */
 typedef struct {
   char *weight; /* checkpoint tensor name of W */
@@ -140,6 +155,8 @@ typedef struct {
   uint32_t max_queue_delay_us; /* microseconds a partial batch may wait for more requests */
   char *checkpoint_file; /* plain file name inside the version directory */
   char sha256[65];       /* checkpoint.sha256, normalized to lower case */
+  tpu_model_external_config_t *external; /* onnx: checkpoint.external, the external data files */
+  size_t nexternal;
 } tpu_model_config_t;
 
 /* Reads (tpu_file_read: a regular file, at most TPU_MODEL_CONFIG_MAX_BYTES) and validates the

@@ -130,7 +130,15 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
     if (rc != TPU_OK) return fail(err, errlen, rc, ck, "%s", rerr);
   } else {
     /* The decoder prefixes its messages with the name given: the file's path. */
-    rc = tpu_onnx_parse(buf, len, ck, m->dir, &om, err, errlen);
+    tpu_onnx_external_t ext[TPU_MODEL_MAX_EXTERNAL];
+    for (size_t i = 0; i < cfg->nexternal; i++)
+      ext[i] = (tpu_onnx_external_t){.path = cfg->external[i].path,
+                                     .sha256 = cfg->external[i].sha256};
+    /* External data files are covered by checkpoint.external the way the .onnx file is by
+     * checkpoint.sha256: a file with no digest there is refused. */
+    tpu_onnx_parse_opts_t po = {.dir = m->dir, .external = ext, .nexternal = cfg->nexternal,
+                                .digests_required = 1, .max_bytes = limit};
+    rc = tpu_onnx_parse_with(buf, len, ck, &po, &om, err, errlen);
     free(buf);
     if (rc != TPU_OK) return rc;
     rc = tpu_onnx_to_graph(om, &m->graph, rerr, sizeof rerr);

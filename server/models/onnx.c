@@ -64,11 +64,22 @@ unsigned tpu_onnx_dtype_bits(int dtype) {
 
 /* ---- context and errors ---- */
 
+/* An external data file read whole and checked against its digest (opts.digests_required). */
+typedef struct {
+  char *real;   /* realpath */
+  uint8_t *buf; /* its bytes, as hashed: tensors are copied from here, never re-read */
+  size_t size;
+} ext_file_t;
+
 typedef struct {
   const char *name; /* prefixes every message */
   const char *dir;  /* external data's directory, NULL: refused */
   char *realdir;    /* realpath(dir), resolved at the first external tensor */
   uint64_t ext_left; /* bytes of external data still allowed (the caller's max_bytes) */
+  const tpu_onnx_parse_opts_t *opts; /* NULL: no digests */
+  ext_file_t *files;
+  size_t nfiles;
+  uint64_t file_left; /* bytes of whole external files still allowed */
   char *err;
   size_t errlen;
 } ctx_t;
@@ -360,6 +371,95 @@ static int parse_u64(const char *s, uint64_t *v) {
   return 1;
 }
 
+/* The external file at realpath `real` named `loc`, read whole and checked against the digest
+ * model.json lists for it (c->opts->external), cached for the other tensors it holds. */
+static tpu_status_t digested_file(ctx_t *c, const char *what, const char *loc, const char *real,
+                                  const ext_file_t **out) {
+  for (size_t i = 0; i < c->nfiles; i++)
+    if (strcmp(c->files[i].real, real) == 0) {
+      *out = &c->files[i];
+      return TPU_OK;
+    }
+  const tpu_onnx_external_t *want = NULL;
+  for (size_t i = 0; i < c->opts->nexternal && !want; i++) {
+    const tpu_onnx_external_t *x = &c->opts->external[i];
+    if (strcmp(x->path, loc) == 0) {
+      want = x;
+    } else { /* the same file by another spelling ("./w.bin", "d//w.bin") */
+      tpu_status_t rc;
+      char *err = c->err;
+      c->err = NULL; /* a listed path that does not resolve is not this file: no message */
+      char *xr = resolve_external(c, what, x->path, &rc);
+      c->err = err;
+      if (xr && strcmp(xr, real) == 0) want = x;
+      free(xr);
+      if (rc == TPU_ENOMEM) return oom(c);
+    }
+  }
+  if (!want)
+    return fail(c, TPU_EINVAL,
+                "%s: external data file '%s' has no SHA-256 in model.json's checkpoint.external "
+                "(every external data file must be listed with its digest; "
+                "tools/model_digest.py writes them)", what, loc);
+  int fd = open(real, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | O_NOFOLLOW);
+  struct stat sb;
+  if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    int e = fd < 0 ? errno : 0;
+    if (fd >= 0) close(fd);
+    return fail(c, e == ENOMEM ? TPU_ENOMEM : TPU_EINVAL, "%s: external data file '%s': %s", what,
+                loc, e ? strerror(e) : "not a regular file");
+  }
+  uint64_t size = (uint64_t)sb.st_size;
+  if (size > c->file_left || size > SIZE_MAX - 64) {
+    close(fd);
+    return fail(c, TPU_EINVAL, "%s: external data file '%s' of %llu bytes is over the bound on "
+                "the model's size (%llu bytes left)", what, loc, (unsigned long long)size,
+                (unsigned long long)c->file_left);
+  }
+  ext_file_t *grown = realloc(c->files, (c->nfiles + 1) * sizeof *grown);
+  uint8_t *buf = malloc(size ? (size_t)size : 1);
+  if (grown) c->files = grown;
+  if (!grown || !buf) {
+    close(fd);
+    free(buf);
+    return oom(c);
+  }
+  for (size_t done = 0; done < size;) {
+    ssize_t n = read(fd, buf + done, (size_t)size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int e = n < 0 ? errno : 0;
+      close(fd);
+      free(buf);
+      return fail(c, TPU_EINVAL, "%s: external data file '%s': %s", what, loc,
+                  e ? strerror(e) : "shorter than it was a moment ago (changed while read)");
+    }
+    done += (size_t)n;
+  }
+  close(fd);
+  char got[65];
+  if (tpu_file_sha256(buf, (size_t)size, NULL, got) != 0) {
+    free(buf);
+    return fail(c, TPU_ENOMEM, "%s: SHA-256 of external data file '%s' failed", what, loc);
+  }
+  if (strcmp(got, want->sha256) != 0) {
+    free(buf);
+    return fail(c, TPU_EINVAL,
+                "%s: external data file '%s': SHA-256 mismatch: the file's digest is %s, "
+                "model.json's checkpoint.external expects %s (corrupt, partially copied or "
+                "replaced file)", what, loc, got, want->sha256);
+  }
+  char *r = strdup(real);
+  if (!r) {
+    free(buf);
+    return oom(c);
+  }
+  c->files[c->nfiles] = (ext_file_t){.real = r, .buf = buf, .size = (size_t)size};
+  c->file_left -= size;
+  *out = &c->files[c->nfiles++];
+  return TPU_OK;
+}
+
 /* Reads tensor t's nbytes from its external data into t->data. */
 static tpu_status_t read_external(ctx_t *c, const char *what, const Tpuonnx__TensorProto *tp,
                                   tpu_onnx_tensor_t *t) {
@@ -394,6 +494,23 @@ static tpu_status_t read_external(ctx_t *c, const char *what, const Tpuonnx__Ten
   tpu_status_t rc;
   char *real = resolve_external(c, what, loc, &rc);
   if (!real) return rc;
+  if (c->opts && c->opts->digests_required) {
+    const ext_file_t *f = NULL;
+    rc = digested_file(c, what, loc, real, &f);
+    free(real);
+    if (rc != TPU_OK) return rc;
+    if (off > f->size || len > f->size - off)
+      return fail(c, TPU_EINVAL,
+                  "%s: external data bytes %llu..%llu lie past the end of '%s' (%zu bytes)", what,
+                  (unsigned long long)off, (unsigned long long)(off + len), loc, f->size);
+    int failed;
+    t->data = alloc64(t->nbytes, &failed);
+    if (failed) return oom(c);
+    if (t->nbytes) memcpy(t->data, f->buf + off, t->nbytes);
+    c->ext_left -= len;
+    t->external = 1;
+    return TPU_OK;
+  }
   /* Only this tensor's bytes are read (pread), so one large shared file costs no more memory
    * than its tensors. O_NOFOLLOW: the path is already resolved, so a symlink in its place now
    * was put there after the check, and is refused; O_NONBLOCK: a FIFO cannot block open(). */
@@ -996,9 +1113,10 @@ static tpu_status_t values_from(ctx_t *c, const Tpuonnx__GraphProto *g, tpu_onnx
 }
 
 static tpu_status_t parse(const void *buf, size_t len, const char *name, const char *dir,
-                          uint64_t ext_max, tpu_onnx_model_t **out, char *err, size_t errlen) {
-  ctx_t c = {.name = name ? name : "model.onnx", .dir = dir, .ext_left = ext_max, .err = err,
-             .errlen = errlen};
+                          uint64_t ext_max, const tpu_onnx_parse_opts_t *opts,
+                          tpu_onnx_model_t **out, char *err, size_t errlen) {
+  ctx_t c = {.name = name ? name : "model.onnx", .dir = dir, .ext_left = ext_max, .opts = opts,
+             .file_left = ext_max, .err = err, .errlen = errlen};
   if (err && errlen) err[0] = 0;
   *out = NULL;
   if (!buf && len) return fail(&c, TPU_EINVAL, "no data");
@@ -1018,6 +1136,11 @@ static tpu_status_t parse(const void *buf, size_t len, const char *name, const c
   tpu_status_t rc = m ? model_from(&c, mp, m) : oom(&c);
   tpuonnx__model_proto__free_unpacked(mp, NULL);
   free(c.realdir);
+  for (size_t i = 0; i < c.nfiles; i++) {
+    free(c.files[i].real);
+    free(c.files[i].buf);
+  }
+  free(c.files);
   if (rc != TPU_OK) {
     tpu_onnx_free(m);
     return rc;
@@ -1078,7 +1201,15 @@ tpu_status_t tpu_onnx_tensor_parse(const void *buf, size_t len, const char *name
 
 tpu_status_t tpu_onnx_parse(const void *buf, size_t len, const char *name, const char *dir,
                             tpu_onnx_model_t **out, char *err, size_t errlen) {
-  return parse(buf, len, name, dir, UINT64_MAX, out, err, errlen);
+  return parse(buf, len, name, dir, UINT64_MAX, NULL, out, err, errlen);
+}
+
+tpu_status_t tpu_onnx_parse_with(const void *buf, size_t len, const char *name,
+                                 const tpu_onnx_parse_opts_t *opts, tpu_onnx_model_t **out,
+                                 char *err, size_t errlen) {
+  if (!opts) return tpu_onnx_parse(buf, len, name, NULL, out, err, errlen);
+  return parse(buf, len, name, opts->dir, opts->max_bytes ? opts->max_bytes : UINT64_MAX, opts,
+               out, err, errlen);
 }
 
 tpu_status_t tpu_onnx_load(const char *path, size_t max_bytes, const atomic_int *cancel,
@@ -1098,8 +1229,8 @@ tpu_status_t tpu_onnx_load(const char *path, size_t max_bytes, const atomic_int 
   if (!slash) strcpy(dir, ".");
   else if (slash == dir) dir[1] = 0;
   else *slash = 0;
-  tpu_status_t rc = parse(buf, len, path, dir, max_bytes ? max_bytes : UINT64_MAX, out, err,
-                          errlen);
+  tpu_status_t rc = parse(buf, len, path, dir, max_bytes ? max_bytes : UINT64_MAX, NULL, out,
+                          err, errlen);
   free(dir);
   free(buf);
   return rc;

@@ -179,6 +179,32 @@ tpu_status_t tpu_onnx_load(const char *path, size_t max_bytes, const atomic_int 
 tpu_status_t tpu_onnx_parse(const void *buf, size_t len, const char *name, const char *dir,
                             tpu_onnx_model_t **out, char *err, size_t errlen);
 
+/* An external data file a model may read and the SHA-256 its bytes must have. */
+typedef struct {
+  const char *path;   /* as the tensors' external_data "location" names it (or another
+                       * spelling of the same file inside the directory) */
+  const char *sha256; /* 64 lower-case hex digits */
+} tpu_onnx_external_t;
+
+typedef struct {
+  const char *dir; /* external data's directory; NULL: external data refused */
+  /* digests_required: every external data file must be one of `external` and have its
+   * digest; each is then read whole once, hashed, and its tensors copied from those bytes (a
+   * file changed after the check cannot reach the model). Otherwise external is unused and
+   * each tensor's bytes are read where they lie. */
+  const tpu_onnx_external_t *external;
+  size_t nexternal;
+  int digests_required;
+  uint64_t max_bytes; /* bound on external data (tensors, and whole files); 0: none */
+} tpu_onnx_parse_opts_t;
+
+/* tpu_onnx_parse with options: the model's directory, and the digests its external data files
+ * must have. A file not listed, or whose bytes do not match, is TPU_EINVAL naming the tensor
+ * and the file. */
+tpu_status_t tpu_onnx_parse_with(const void *buf, size_t len, const char *name,
+                                 const tpu_onnx_parse_opts_t *opts, tpu_onnx_model_t **out,
+                                 char *err, size_t errlen);
+
 /* Frees a description and everything it holds. Accepts NULL. */
 void tpu_onnx_free(tpu_onnx_model_t *m);
 

@@ -438,8 +438,36 @@ static void test_bundled_configs(void) {
   }
 }
 
+/* checkpoint.external (onnx): file path -> SHA-256. */
+static void test_external(void) {
+  const char *head = "{\"format\": \"onnx\", \"checkpoint\": {\"file\": \"m.onnx\", \"sha256\": \"" SHA
+                     "\", \"external\": ";
+  char j[1024];
+  snprintf(j, sizeof j, "%s{\"w.bin\": \"%s\", \"d/x.bin\": \"%s\"}}}", head, SHA, SHA);
+  tpu_model_config_t *cfg = parse_ok(j);
+  if (cfg) {
+    CU_ASSERT_EQUAL(cfg->nexternal, 2);
+    CU_ASSERT_STRING_EQUAL(cfg->external[0].path, "w.bin");
+    CU_ASSERT_STRING_EQUAL(cfg->external[1].path, "d/x.bin");
+    CU_ASSERT_EQUAL(strlen(cfg->external[1].sha256), 64);
+  }
+  tpu_model_config_free(cfg);
+  snprintf(j, sizeof j, "%s{\"../w.bin\": \"%s\"}}}", head, SHA);
+  expect_err(j, "'../w.bin' is not a relative path");
+  snprintf(j, sizeof j, "%s{\"/etc/w.bin\": \"%s\"}}}", head, SHA);
+  expect_err(j, "'/etc/w.bin' is not a relative path");
+  snprintf(j, sizeof j, "%s{\"w.bin\": \"abc\"}}}", head);
+  expect_err(j, "checkpoint.external[\"w.bin\"]: expected 64 hex digits");
+  snprintf(j, sizeof j, "%s[\"w.bin\"]}}", head);
+  expect_err(j, "checkpoint.external: expected an object");
+  snprintf(j, sizeof j, "{\"format\": \"xgboost\", \"checkpoint\": {\"sha256\": \"%s\", "
+           "\"external\": {}}}", SHA);
+  expect_err(j, "only an ONNX model has external data");
+}
+
 TPU_TEST_SUITE(model_config,
                {"calibration", test_calibration},
+               {"external", test_external},
                {"contract_example", test_contract_example},
                {"defaults", test_defaults},
                {"variants", test_variants},

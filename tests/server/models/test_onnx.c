@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "onnx.h"
 #include "onnx.pb-c.h"
 #include "tpu_test.h"
@@ -767,6 +768,72 @@ static void test_external(void) {
   rm_tmpdir(out);
 }
 
+/* With digests required (the server's way): each external file must be listed with its
+ * SHA-256 and match it; another spelling of a listed file is the same file. */
+static void test_external_digests(void) {
+  char *dir = make_tmpdir(), path[512], err[1024], sha[65];
+  uint8_t file[8 + sizeof w_values];
+  memset(file, 0xee, 8);
+  memcpy(file + 8, w_values, sizeof w_values);
+  snprintf(path, sizeof path, "%s/weights.bin", dir);
+  write_file(path, file, sizeof file);
+  CU_ASSERT_EQUAL_FATAL(tpu_file_sha256(file, sizeof file, NULL, sha), 0);
+  const char *zeros = "0000000000000000000000000000000000000000000000000000000000000000";
+  struct {
+    const char *listed, *digest, *want1, *want2; /* want1 NULL: accepted */
+  } cases[] = {
+      {"weights.bin", sha, NULL, NULL},
+      {"./weights.bin", sha, NULL, NULL},
+      {"other.bin", sha, "weights.bin", "checkpoint.external"},
+      {NULL, NULL, "weights.bin", "no SHA-256"},
+      {"weights.bin", zeros, "SHA-256 mismatch", zeros},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    model_reset();
+    set_external("weights.bin", "8", "24");
+    bytes_t b = model_pack();
+    tpu_onnx_external_t x = {.path = cases[i].listed, .sha256 = cases[i].digest};
+    tpu_onnx_parse_opts_t o = {.dir = dir, .external = &x, .nexternal = cases[i].listed ? 1 : 0,
+                               .digests_required = 1};
+    tpu_onnx_model_t *m = NULL;
+    tpu_status_t rc = tpu_onnx_parse_with(b.buf, b.len, "m.onnx", &o, &m, err, sizeof err);
+    free(b.buf);
+    if (!cases[i].want1) {
+      if (rc != TPU_OK) fprintf(stderr, "\n  case %zu refused: %s\n", i, err);
+      CU_ASSERT_EQUAL_FATAL(rc, TPU_OK);
+      CU_ASSERT_EQUAL(memcmp(m->initializers[0].data, w_values, sizeof w_values), 0);
+      tpu_onnx_free(m);
+      continue;
+    }
+    CU_ASSERT_EQUAL(rc, TPU_EINVAL);
+    CU_ASSERT_PTR_NULL(m);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "initializer 'w'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, cases[i].want1));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, cases[i].want2));
+  }
+  /* A changed byte after the digest was taken is a mismatch. */
+  file[12] ^= 1;
+  write_file(path, file, sizeof file);
+  model_reset();
+  set_external("weights.bin", "8", "24");
+  bytes_t b = model_pack();
+  tpu_onnx_external_t x = {.path = "weights.bin", .sha256 = sha};
+  tpu_onnx_parse_opts_t o = {.dir = dir, .external = &x, .nexternal = 1, .digests_required = 1};
+  tpu_onnx_model_t *m = NULL;
+  CU_ASSERT_EQUAL(tpu_onnx_parse_with(b.buf, b.len, "m.onnx", &o, &m, err, sizeof err),
+                  TPU_EINVAL);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "SHA-256 mismatch"));
+  /* The bound covers the whole file read for its digest. */
+  file[12] ^= 1;
+  write_file(path, file, sizeof file);
+  o.max_bytes = sizeof file - 1;
+  CU_ASSERT_EQUAL(tpu_onnx_parse_with(b.buf, b.len, "m.onnx", &o, &m, err, sizeof err),
+                  TPU_EINVAL);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "over the bound"));
+  free(b.buf);
+  rm_tmpdir(dir);
+}
+
 /* Random byte flips of a valid model: never a crash, always a decision with a message. */
 static void test_mutations(void) {
   model_reset();
@@ -934,6 +1001,7 @@ TPU_TEST_SUITE(onnx,
                {"bad_data", test_bad_data},
                {"bad_model", test_bad_model},
                {"external", test_external},
+               {"external_digests", test_external_digests},
                {"mutations", test_mutations},
                {"tensor_pb", test_tensor_pb},
                {"dtype_names", test_dtype_names});
