@@ -149,15 +149,17 @@ static tpu_status_t make_step(cctx_t *c, size_t node, tpu__step_t *s) {
 }
 
 static tpu_status_t prepare(cctx_t *c, tpu__step_t *s, tpu_act_t act, const tpu__xt_t *bias,
-                            const float *fold_scale, const float *fold_shift) {
+                            const float *fold_scale, const float *fold_shift,
+                            const double *epsilon) {
   const tpu__gnode_t *nd = &c->g->nodes[s->node];
-  const tpu__kernel_t *k = !nd->domain[0] ? tpu__graph_kernel(nd->op)
+  /* s->op, not the node's: a fused pattern's step runs another op (ln_rewrite) */
+  const tpu__kernel_t *k = !nd->domain[0] ? tpu__graph_kernel(s->op)
                            : strcmp(nd->domain, "ai.onnx.ml") == 0 ? tpu__graph_kernel_ml(nd->op)
                                                                    : NULL;
   tpu__prep_t pc = {.g = c->g, .node = s->node, .label = s->label, .opset = nd->opset,
                     .engine = c->engine, .precision = node_precision(c, s->node),
                     .fuse_act = act, .fuse_bias = bias, .fold_scale = fold_scale,
-                    .fold_shift = fold_shift};
+                    .fold_shift = fold_shift, .fuse_epsilon = epsilon};
   for (size_t i = 0; c->opts && c->opts->calib && i < c->opts->ncalib; i++)
     if (nd->name[0] && c->opts->calib[i].node && strcmp(c->opts->calib[i].node, nd->name) == 0)
       pc.calib = &c->opts->calib[i];
@@ -178,7 +180,7 @@ static tpu_status_t prepare(cctx_t *c, tpu__step_t *s, tpu_act_t act, const tpu_
 
 /* Runs a step whose inputs are all constant, now, into constant blocks. */
 static tpu_status_t fold(cctx_t *c, tpu__step_t *s) {
-  tpu_status_t st = prepare(c, s, TPU_ACT_NONE, NULL, NULL, NULL);
+  tpu_status_t st = prepare(c, s, TPU_ACT_NONE, NULL, NULL, NULL, NULL);
   if (st != TPU_OK) return st;
   for (size_t i = 0; i < s->nout; i++)
     if (s->out[i] && (st = const_block(c->p, s->out[i])) != TPU_OK)
@@ -244,6 +246,131 @@ static long gelu_pattern(cctx_t *c, long h, int *dead) {
   if (half < 0 || !other_is(c, &p->steps[half], t4, 0.5)) return -1;
   dead[div] = dead[erf] = dead[add] = dead[mul] = dead[half] = 1;
   return half;
+}
+
+/* Whether step r is a ReduceMean of its input over the last axis only, keeping it. */
+static int mean_last_axis(const cctx_t *c, const tpu__step_t *r) {
+  if (strcmp(r->op, "ReduceMean") != 0 || !r->in[0] || r->in[0]->dtype != TPU_GRAPH_FP32 ||
+      r->in[0]->rank < 1)
+    return 0;
+  int rank = r->in[0]->rank;
+  const tpu_graph_attr_t *kd = tpu_graph_attr(c->g, r->node, "keepdims");
+  if (kd && kd->type == TPU_GRAPH_ATTR_INT && kd->i != 1) return 0;
+  int64_t ax;
+  const tpu_graph_attr_t *axes = tpu_graph_attr(c->g, r->node, "axes");
+  if (axes) {
+    if (axes->type != TPU_GRAPH_ATTR_INTS || axes->n != 1) return 0;
+    ax = axes->ints[0];
+  } else if (r->nin > 1 && r->in[1] && r->in[1]->is_const && r->in[1]->elems == 1 &&
+             r->in[1]->dtype == TPU_GRAPH_INT64) { /* opset 18: axes as an input */
+    memcpy(&ax, r->in[1]->data, sizeof ax);
+  } else {
+    return 0;
+  }
+  return ax == -1 || ax == rank - 1;
+}
+
+/* LayerNormalization over the last axis as exporters spell it before opset 17 (PyTorch's
+ * nn.LayerNorm): m = ReduceMean(x), d = x - m, v = ReduceMean(d^2), y = d / Sqrt(v + eps), then
+ * optionally y·γ and + β with constant [D] rows. Step i is the first ReduceMean; each
+ * intermediate has only the reader the pattern names (d: the Pow and the Div). On a match the
+ * others are marked dead and *last is the step whose output the fused one writes. */
+static int ln_pattern(cctx_t *c, size_t i, int *dead, double *eps, const tpu__xt_t **gamma,
+                      const tpu__xt_t **beta, long *last) {
+  tpu_graph_program_t *p = c->p;
+  const tpu__step_t *rm = &p->steps[i];
+  if (!mean_last_axis(c, rm)) return 0;
+  const tpu__xt_t *x = rm->in[0];
+  size_t width = (size_t)x->dims[x->rank - 1];
+  long m = c->g->nodes[rm->node].out[0];
+  long sub = reader_op(c, m, "Sub");
+  if (sub < 0 || p->steps[sub].in[0] != x || p->steps[sub].in[1] != &p->xt[m]) return 0;
+  long d = c->g->nodes[p->steps[sub].node].out[0];
+  if (d < 0 || p->xt[d].pinned || c->readers[d] != 2) return 0;
+  long pw = -1, div = -1;
+  for (size_t k = 0; k < p->nsteps; k++) {
+    const tpu__step_t *t = &p->steps[k];
+    if (t->nin >= 1 && t->in[0] == &p->xt[d]) {
+      if (strcmp(t->op, "Pow") == 0) pw = (long)k;
+      else if (strcmp(t->op, "Div") == 0) div = (long)k;
+    }
+  }
+  if (pw < 0 || div < 0 || !other_is(c, &p->steps[pw], d, 2.0)) return 0;
+  long sq_in = c->g->nodes[p->steps[pw].node].out[0];
+  long rm2 = reader_op(c, sq_in, "ReduceMean");
+  if (rm2 < 0 || !mean_last_axis(c, &p->steps[rm2])) return 0;
+  long v = c->g->nodes[p->steps[rm2].node].out[0];
+  long add = reader_op(c, v, "Add");
+  if (add < 0) return 0;
+  const tpu__step_t *a = &p->steps[add];
+  const tpu__xt_t *e = a->in[0] == &p->xt[v] ? a->in[1] : a->in[0];
+  if (!e || !e->is_const || e->elems != 1 || e->dtype != TPU_GRAPH_FP32) return 0;
+  float ef = *(const float *)e->data;
+  if (!(ef >= 0.0f && ef < 1.0f)) return 0;
+  long ve = c->g->nodes[a->node].out[0];
+  long sq = reader_op(c, ve, "Sqrt");
+  if (sq < 0) return 0;
+  long sd = c->g->nodes[p->steps[sq].node].out[0];
+  if (sole_reader(c, sd) != div || p->steps[div].in[1] != &p->xt[sd]) return 0;
+  long cur = c->g->nodes[p->steps[div].node].out[0], end = div;
+  *gamma = *beta = NULL;
+  long mul = reader_op(c, cur, "Mul");
+  if (mul >= 0) {
+    const tpu__step_t *mm = &p->steps[mul];
+    const tpu__xt_t *g = mm->in[0] == &p->xt[cur] ? mm->in[1] : mm->in[0];
+    if (g && g != &p->xt[cur] && g->is_const && g->dtype == TPU_GRAPH_FP32 && g->rank == 1 &&
+        g->elems == width) {
+      *gamma = g;
+      end = mul;
+      cur = c->g->nodes[mm->node].out[0];
+      long ab = reader_op(c, cur, "Add");
+      if (ab >= 0) {
+        const tpu__step_t *aa = &p->steps[ab];
+        const tpu__xt_t *b = aa->in[0] == &p->xt[cur] ? aa->in[1] : aa->in[0];
+        if (b && b != &p->xt[cur] && b->is_const && b->dtype == TPU_GRAPH_FP32 && b->rank == 1 &&
+            b->elems == width) {
+          *beta = b;
+          end = ab;
+        }
+      }
+    }
+  }
+  if (p->steps[end].out[0]->elems != x->elems) return 0;
+  dead[sub] = dead[pw] = dead[rm2] = dead[add] = dead[sq] = dead[div] = 1;
+  if (*gamma) dead[mul] = 1;
+  if (*beta) dead[end] = 1;
+  *eps = ef;
+  *last = end;
+  return 1;
+}
+
+/* Turns step i (the pattern's first ReduceMean) into one LayerNormalization step. */
+static tpu_status_t ln_rewrite(cctx_t *c, size_t i, const tpu__xt_t *gamma,
+                               const tpu__xt_t *beta, long last) {
+  tpu__step_t *s = &c->p->steps[i];
+  tpu__xt_t **io = calloc(3 + 1 + 1, sizeof *io);
+  char lb[240];
+  snprintf(lb, sizeof lb, "LayerNormalization from %s .. %s", s->label,
+           c->p->steps[last].label);
+  char *label = strdup(lb);
+  if (!io || !label) {
+    free(io);
+    free(label);
+    return tpu__graph_fail(c->g, TPU_ENOMEM, "compile: out of memory");
+  }
+  io[0] = s->in[0];
+  io[1] = (tpu__xt_t *)gamma;
+  io[2] = (tpu__xt_t *)beta;
+  io[3] = c->p->steps[last].out[0];
+  free(s->in);
+  free(s->label);
+  s->in = io;
+  s->out = io + 3;
+  s->nin = 3;
+  s->nout = 1;
+  s->op = "LayerNormalization";
+  s->label = label;
+  return TPU_OK;
 }
 
 /* A BatchNormalization (inference) reading the matmul's [M, N] output `t` as its only reader,
@@ -615,9 +742,16 @@ tpu_status_t tpu_graph_compile(tpu_graph_t *g, tpu_engine_t *engine, int64_t bat
   for (size_t i = 0; i < p->nsteps; i++) {
     if (dead[i]) continue;
     tpu_act_t act;
-    const tpu__xt_t *bias;
+    const tpu__xt_t *bias, *gamma, *beta;
+    double eps;
+    long last;
+    const double *epsilon = NULL;
+    if (ln_pattern(&c, i, dead, &eps, &gamma, &beta, &last)) {
+      if ((st = ln_rewrite(&c, i, gamma, beta, last)) != TPU_OK) goto fail;
+      epsilon = &eps;
+    }
     fuse(&c, i, dead, &act, &bias);
-    st = prepare(&c, &p->steps[i], act, bias, c.fold_scale, c.fold_shift);
+    st = prepare(&c, &p->steps[i], act, bias, c.fold_scale, c.fold_shift, epsilon);
     free(c.fold_scale);
     free(c.fold_shift);
     c.fold_scale = c.fold_shift = NULL;
@@ -748,9 +882,11 @@ uint64_t tpu_graph_release_constants(tpu_graph_t *g, const tpu_graph_program_t *
     const tpu_graph_program_t *p = progs[k];
     for (size_t i = 0; p && i < p->nsteps; i++) {
       const tpu__step_t *s = &p->steps[i];
-      const tpu__gnode_t *nd = &g->nodes[s->node];
-      for (size_t j = 0; j < nd->nin; j++)
-        if (nd->in[j] >= 0 && !(j < 64 && (s->packed_inputs >> j & 1))) used[nd->in[j]] = 1;
+      /* the step's own views, not its node's inputs: a fused step reads tensors its node does
+       * not (ln_rewrite's Scale and B) */
+      for (size_t j = 0; j < s->nin; j++)
+        if (s->in[j] && !(j < 64 && (s->packed_inputs >> j & 1)))
+          used[s->in[j] - p->xt] = 1;
     }
     for (size_t o = 0; p && o < p->noutputs; o++) used[p->outputs[o]] = 1;
   }

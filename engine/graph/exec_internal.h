@@ -78,6 +78,9 @@ typedef struct {
    * becomes y_j·fold_scale[j] + fold_shift[j], before fuse_act (the weights and the bias are
    * scaled at pack time). */
   const float *fold_scale, *fold_shift;
+  /* LayerNormalization fused from its decomposed form (compile.c ln_pattern): the epsilon the
+   * pattern's Add gave, instead of the node's attribute (the node is the first ReduceMean). */
+  const double *fuse_epsilon;
   /* INT8 matmul calibration of this node (tpu_graph_compile_opts_t.calib), or NULL. */
   const tpu_graph_calib_t *calib;
   int observable; /* keep the FP32 weights for tpu_graph_program_observe */

@@ -203,7 +203,7 @@ static tpu_status_t layernorm_prepare(tpu__prep_t *pc, tpu__step_t *s) {
   size_t *tab = (size_t *)(p + 1);
   p->outer = prod(x->dims, 0, ax);
   p->n = n;
-  p->eps = tpu__attr_f(pc, "epsilon", 1e-5f);
+  p->eps = pc->fuse_epsilon ? *pc->fuse_epsilon : tpu__attr_f(pc, "epsilon", 1e-5f);
   p->stash = stash;
   p->vec = tpu__prep_vec(pc);
   if (need_s) {

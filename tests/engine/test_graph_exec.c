@@ -381,6 +381,76 @@ static void test_gelu_pattern(void) {
 }
 
 
+/* LayerNormalization as PyTorch exports it before opset 17 (ReduceMean, Sub, Pow 2, ReduceMean,
+ * Add ε, Sqrt, Div, Mul γ, Add β) becomes one LayerNormalization step (γ and β kept alive when
+ * the graph's other constants are released); with an intermediate also a graph output nothing
+ * is fused. Both agree with the formula in double. */
+static void test_layernorm_pattern(void) {
+  enum { R = 5, D = 37 };
+  static float x[R * D], y[R * D], dd[R * D], gam[D], bet[D];
+  fill(x, R * D);
+  fill(gam, D);
+  fill(bet, D);
+  for (int i = 0; i < R * D; i++) x[i] = 3.0f * x[i] + (float)(i % 3);
+  float c_two = 2.0f, c_eps = 1e-3f;
+  for (int pinned = 0; pinned < 2; pinned++) {
+    tpu_graph_t *g = tg_new();
+    int64_t xd[] = {TPU_GRAPH_BATCH, D}, gd[] = {D};
+    input(g, "x", 2, xd);
+    init(g, "gamma", 1, gd, gam, D);
+    init(g, "beta", 1, gd, bet, D);
+    init(g, "two", 0, NULL, &c_two, 1);
+    init(g, "eps", 0, NULL, &c_eps, 1);
+    const char *m_in[] = {"x"}, *s_in[] = {"x", "m"}, *p_in[] = {"d", "two"}, *v_in[] = {"p"},
+               *a_in[] = {"v", "eps"}, *q_in[] = {"a"}, *n_in[] = {"d", "q"},
+               *g_in[] = {"n", "gamma"}, *b_in[] = {"g", "beta"};
+    tpu_graph_attr_t axes = {.name = "axes", .type = TPU_GRAPH_ATTR_INTS, .n = 1,
+                             .ints = (const int64_t[]){-1}};
+    size_t r1 = node(g, "mean", "ReduceMean", 1, m_in, "m");
+    CU_ASSERT_FATAL(tpu_graph_add_attr(g, r1, &axes) == TPU_OK);
+    node(g, "sub", "Sub", 2, s_in, "d");
+    node(g, "pow", "Pow", 2, p_in, "p");
+    size_t r2 = node(g, "var", "ReduceMean", 1, v_in, "v");
+    CU_ASSERT_FATAL(tpu_graph_add_attr(g, r2, &axes) == TPU_OK);
+    node(g, "add", "Add", 2, a_in, "a");
+    node(g, "sqrt", "Sqrt", 1, q_in, "q");
+    node(g, "div", "Div", 2, n_in, "n");
+    node(g, "mul", "Mul", 2, g_in, "g");
+    node(g, "add_1", "Add", 2, b_in, "y");
+    const char *ins[] = {"x"}, *outs[] = {"y", "d"};
+    CU_ASSERT_FATAL(tpu_graph_set_inputs(g, 1, ins) == TPU_OK);
+    CU_ASSERT_FATAL(tpu_graph_set_outputs(g, pinned ? 2 : 1, outs) == TPU_OK);
+    tpu_graph_program_t *p = NULL;
+    CU_ASSERT_FATAL(tpu_graph_compile(g, tg_engine(), R, NULL, &p) == TPU_OK);
+    CU_ASSERT_EQUAL(tpu_graph_program_step_count(p), pinned ? 9u : 1u);
+    char desc[2048];
+    tpu_graph_program_describe(p, desc, sizeof desc);
+    CU_ASSERT_EQUAL(strstr(desc, "LayerNormalization") != NULL, !pinned);
+    /* what a loader does after compiling: γ and β must survive it */
+    tpu_graph_release_constants(g, (const tpu_graph_program_t *const *)&p, 1);
+    const void *in[] = {x};
+    void *out[] = {y, dd};
+    CU_ASSERT_FATAL(tpu_graph_program_run(p, in, out) == TPU_OK);
+    double worst = 0;
+    for (int r = 0; r < R; r++) {
+      double mean = 0, var = 0;
+      for (int k = 0; k < D; k++) mean += x[r * D + k];
+      mean /= D;
+      for (int k = 0; k < D; k++) var += (x[r * D + k] - mean) * (x[r * D + k] - mean);
+      double inv = 1 / sqrt(var / D + (double)c_eps);
+      for (int k = 0; k < D; k++) {
+        double want = (x[r * D + k] - mean) * inv * gam[k] + bet[k];
+        double err = fabs(y[r * D + k] - want) - 1e-5 * fabs(want);
+        if (err > worst) worst = err;
+      }
+    }
+    if (worst >= 1e-5) fprintf(stderr, "layernorm (pinned %d): worst excess %g\n", pinned, worst);
+    CU_ASSERT(worst < 1e-5);
+    tpu_graph_program_free(p);
+    tpu_graph_free(g);
+  }
+}
+
 /* Gemm → BatchNormalization → Relu (a PyTorch MLP with BatchNorm1d, eval mode) folds into one
  * engine plan and agrees with relu(γ·(x·Wᵀ + b − μ)/√(σ²+ε) + β). */
 static void test_batchnorm_fold(void) {
@@ -576,6 +646,7 @@ TPU_TEST_SUITE(graph_exec,
                {"gemm_fused", test_gemm_fused},
                {"matmul_add_fused", test_matmul_add_fused},
                {"gelu_pattern", test_gelu_pattern},
+               {"layernorm_pattern", test_layernorm_pattern},
                {"batchnorm_fold", test_batchnorm_fold},
                {"int8_smoothing", test_int8_smoothing},
                {"batchnorm_not_folded_across_rank", test_batchnorm_not_folded_across_rank},
