@@ -25,8 +25,9 @@
  * Numerics are XGBoost's, so that its models are served bit for bit: a row's score per target
  * starts at base_values and adds each tree's leaf weight in tree order, in float32 (XGBoost's
  * CPU predictor accumulates so; the kernel walks blocks of 64 rows tree by tree, which keeps
- * that order per row); ±Inf compare as ordinary numbers; LOGISTIC is
- * 1 / (1 + expf(-x)) in float; SOFTMAX subtracts the row maximum, sums expf terms in double and
+ * that order per row); ±Inf compare as ordinary numbers; LOGISTIC is XGBoost 1.7's
+ * common::Sigmoid, 1 / (expf(min(-x, 88.7f)) + 1) in float (the clamp makes a margin below
+ * -88.7 give 3.0e-39, not 0: it changes nothing else, so ONNX forests lose nothing); SOFTMAX subtracts the row maximum, sums expf terms in double and
  * divides by the float of the sum (XGBoost's common::Softmax). AVERAGE (forests from other
  * libraries) divides the leaf sum by the tree count and then adds base_values, as ONNX Runtime
  * does.
@@ -384,7 +385,10 @@ static tpu_status_t tree_run(tpu__run_ctx_t *rc, tpu__step_t *s) {
         for (size_t k = 0; k < nt; k++) acc[k] = acc[k] / (float)p->ntrees + p->base[k];
       if (raw) memcpy(raw + i * nt, acc, nt * sizeof *acc);
       if (p->post == POST_LOGISTIC) {
-        for (size_t k = 0; k < nt; k++) acc[k] = 1.0f / (1.0f + expf(-acc[k]));
+        for (size_t k = 0; k < nt; k++) { /* std::min(-x, 88.7f): NaN stays NaN */
+          float m = 88.7f < -acc[k] ? 88.7f : -acc[k];
+          acc[k] = 1.0f / (expf(m) + 1.0f);
+        }
       } else if (p->post == POST_SOFTMAX) {
         float mx = acc[0];
         for (size_t k = 1; k < nt; k++) mx = acc[k] > mx ? acc[k] : mx;

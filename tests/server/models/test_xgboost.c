@@ -121,6 +121,48 @@ static void test_fixtures_match_library(void) {
   check_fixture("fraud_d6", 1); /* the first row alone gives the same bits */
 }
 
+/* XGBoost 1.7's sigmoid clamps the exponent at 88.7 (common::Sigmoid: 1 / (expf(min(-x, 88.7))
+ * + 1)), so a margin below -88.7 gives 3.006636e-39, not 0 or a smaller denormal. Each tree a
+ * single leaf of the margin, base_score 0.5 (margin 0); the bits are python3-xgboost 1.7.4's. */
+static void test_logistic_saturates_as_library(void) {
+  static const struct {
+    const char *leaf;
+    uint32_t want;
+  } cases[] = {{"-100.0", 0x0020bd47}, {"-88.72", 0x0020bd47}, {"-88.71", 0x0020bd47},
+               {"-88.7", 0x0020bd47},  {"-88.0", 0x0041edc4},  {"-20.0", 0x310da433},
+               {"0.0", 0x3f000000},    {"20.0", 0x3f800000}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    char js[1024], err[512];
+    snprintf(js, sizeof js,
+             "{\"learner\": {\"gradient_booster\": {\"name\": \"gbtree\", \"model\": "
+             "{\"tree_info\": [0], \"trees\": [{\"left_children\": [-1], \"right_children\": "
+             "[-1], \"split_indices\": [0], \"split_conditions\": [%s], \"default_left\": "
+             "[0]}]}}, \"learner_model_param\": {\"base_score\": \"5E-1\", \"num_class\": \"0\", "
+             "\"num_feature\": \"1\"}, \"objective\": {\"name\": \"binary:logistic\"}}}",
+             cases[c].leaf);
+    tpu_graph_t *g = NULL;
+    CU_ASSERT_EQUAL_FATAL(tpu_xgboost_to_graph(js, strlen(js), NULL, &g, err, sizeof err),
+                          TPU_OK);
+    tpu_engine_t *eng = NULL;
+    CU_ASSERT_FATAL(tpu_engine_create(NULL, &eng) == TPU_OK);
+    tpu_graph_program_t *p = NULL;
+    CU_ASSERT_FATAL(tpu_graph_compile(g, eng, 1, NULL, &p) == TPU_OK);
+    float x = 0, prob = -1, margin = -1;
+    const void *ins[1] = {&x};
+    void *outs[2] = {&prob, &margin};
+    CU_ASSERT_FATAL(tpu_graph_program_run(p, ins, outs) == TPU_OK);
+    uint32_t bits;
+    memcpy(&bits, &prob, sizeof bits);
+    if (bits != cases[c].want)
+      fprintf(stderr, "\nleaf %s: probability %a (0x%08x), the library gives 0x%08x\n",
+              cases[c].leaf, prob, (unsigned)bits, (unsigned)cases[c].want);
+    CU_ASSERT_EQUAL(bits, cases[c].want);
+    tpu_graph_program_free(p);
+    tpu_engine_free(eng);
+    tpu_graph_free(g);
+  }
+}
+
 static void test_graph_shape(void) {
   char err[512];
   tpu_graph_t *g = NULL;
@@ -323,6 +365,7 @@ static void test_validate_missing_values(void) {
 TPU_TEST_SUITE(xgboost,
                {"validate_missing_values", test_validate_missing_values},
                {"fixtures_match_library", test_fixtures_match_library},
+               {"logistic_saturates_as_library", test_logistic_saturates_as_library},
                {"graph_shape", test_graph_shape},
                {"malformed", test_malformed},
                {"config_format", test_config_format})
