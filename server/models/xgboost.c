@@ -92,13 +92,17 @@ static int get_count(json_t *o, const char *key, int64_t *out) {
   return 1;
 }
 
-/* An array element as an integer (default_left may also be a boolean). */
-static int elem_int(json_t *a, size_t i, int64_t *out) {
+/* An array element as an integer; a boolean only where XGBoost writes one (default_left). */
+static int elem_int_or_bool(json_t *a, size_t i, int64_t *out) {
   json_t *v = json_array_get(a, i);
   if (json_is_integer(v)) *out = json_integer_value(v);
   else if (json_is_boolean(v)) *out = json_is_true(v);
   else return 0;
   return 1;
+}
+
+static int elem_int(json_t *a, size_t i, int64_t *out) {
+  return json_is_integer(json_array_get(a, i)) && elem_int_or_bool(a, i, out);
 }
 
 typedef struct {
@@ -191,7 +195,7 @@ static tpu_status_t add_tree(ens_t *e, json_t *t, size_t ti, int64_t g, int64_t 
     int64_t ch[2], feat, dl;
     json_t *sc = json_array_get(a[3], k);
     if (!elem_int(a[0], k, &ch[0]) || !elem_int(a[1], k, &ch[1]) ||
-        !elem_int(a[2], k, &feat) || !elem_int(a[4], k, &dl) || !json_is_number(sc))
+        !elem_int(a[2], k, &feat) || !elem_int_or_bool(a[4], k, &dl) || !json_is_number(sc))
       FAIL(TPU_EINVAL, "tree %zu node %zu: children, split index and default_left must be "
            "integers and split_condition a number", ti, k);
     if (feat >= nfeat)

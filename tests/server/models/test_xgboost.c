@@ -245,6 +245,10 @@ static void test_malformed(void) {
   }
   refused(j, TPU_EINVAL, "tree 0 node");
 
+  j = fixture("fraud_d6"); /* a boolean where XGBoost writes an integer (it refuses that) */
+  set_elem(j, 2, "left_children", 0, json_true());
+  refused(j, TPU_EINVAL, "tree 2 node 0");
+
   j = fixture("fraud_d6");
   set_elem(j, 3, "split_indices", 0, json_integer(12));
   refused(j, TPU_EINVAL, "tree 3 node 0: splits on feature 12, beyond the model's 12 input "
