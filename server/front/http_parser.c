@@ -244,7 +244,8 @@ tpu_http_parse_result_t tpu_http_parse_request(const char *buf, size_t len,
 /* Where the next byte of a chunked body falls. */
 typedef enum {
   CS_SIZE = 0,   /* chunk-size hex digits */
-  CS_EXT,        /* after the size: BWS and ";ext[=val]" up to the line end */
+  CS_BWS,        /* whitespace after the size: ';' or the line end must follow */
+  CS_EXT,        /* ";ext[=val]" up to the line end */
   CS_SIZE_LF,    /* a CR ended the size line: LF must follow */
   CS_DATA,       /* chunk data (left bytes) */
   CS_DATA_CR,    /* the line end after the data */
@@ -257,6 +258,11 @@ typedef enum {
 } cs_t;
 
 #define CHUNK_LINE_MAX 4096 /* bytes of one chunk-size line, extensions included */
+
+/* Unlike the head, the chunked framing takes no bare LF: RFC 9112 allows one only in the
+ * start-line and header fields (2.2), and a proxy in front that ends these lines only at CRLF
+ * would frame the body differently (what it forwards as body would reach us as a request). */
+#define BARE_LF "chunked body: a line ends in a bare LF: chunked framing needs CRLF"
 
 void tpu_http_chunked_init(tpu_http_chunked_t *c) { memset(c, 0, sizeof *c); }
 
@@ -303,25 +309,48 @@ tpu_http_chunked_result_t tpu_http_chunked_decode(tpu_http_chunked_t *c, char *b
         rc = chunk_bad(c, 400, "chunked body: expected a hexadecimal chunk size");
         goto out;
       }
-      if (ch == ';' || ch == ' ' || ch == '\t') {
+      if (ch == ';') {
         c->state = CS_EXT;
+      } else if (ch == ' ' || ch == '\t') {
+        c->state = CS_BWS;
       } else if (ch == '\r') {
         c->state = CS_SIZE_LF;
         i++;
       } else if (ch == '\n') {
-        c->state = c->left ? CS_DATA : CS_TRAILER0;
-        i++;
+        rc = chunk_bad(c, 400, BARE_LF);
+        goto out;
       } else {
         rc = chunk_bad(c, 400, "chunked body: chunk size is not hexadecimal");
         goto out;
       }
       break;
     }
+    case CS_BWS:
+      if (ch == ';') {
+        c->state = CS_EXT; /* counted there */
+        break;
+      }
+      if (ch == '\r') {
+        c->state = CS_SIZE_LF;
+      } else if (ch == '\n') {
+        rc = chunk_bad(c, 400, BARE_LF);
+        goto out;
+      } else if (ch != ' ' && ch != '\t') {
+        rc = chunk_bad(c, 400, "chunked body: after the chunk size and whitespace, expected "
+                               "';' and an extension, or CRLF");
+        goto out;
+      } else if (++c->line > CHUNK_LINE_MAX) {
+        rc = chunk_bad(c, 400, "chunked body: chunk-size line too long");
+        goto out;
+      }
+      i++;
+      break;
     case CS_EXT:
       if (ch == '\r') {
         c->state = CS_SIZE_LF;
       } else if (ch == '\n') {
-        c->state = c->left ? CS_DATA : CS_TRAILER0;
+        rc = chunk_bad(c, 400, BARE_LF);
+        goto out;
       } else if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
         rc = chunk_bad(c, 400, "chunked body: control character in a chunk extension");
         goto out;
@@ -351,16 +380,22 @@ tpu_http_chunked_result_t tpu_http_chunked_decode(tpu_http_chunked_t *c, char *b
       break;
     }
     case CS_DATA_CR:
-    case CS_DATA_LF:
-      if (ch == '\r' && c->state == CS_DATA_CR) {
-        c->state = CS_DATA_LF;
-      } else if (ch == '\n') {
-        c->state = CS_SIZE;
-        c->digits = c->line = 0;
-      } else {
-        rc = chunk_bad(c, 400, "chunked body: chunk data longer than its size (no CRLF after it)");
+      if (ch != '\r') {
+        rc = chunk_bad(c, 400, ch == '\n' ? BARE_LF
+                                         : "chunked body: chunk data longer than its size "
+                                           "(no CRLF after it)");
         goto out;
       }
+      c->state = CS_DATA_LF;
+      i++;
+      break;
+    case CS_DATA_LF:
+      if (ch != '\n') {
+        rc = chunk_bad(c, 400, "chunked body: CR without LF after the chunk data");
+        goto out;
+      }
+      c->state = CS_SIZE;
+      c->digits = c->line = 0;
       i++;
       break;
     case CS_TRAILER0:
@@ -380,7 +415,8 @@ tpu_http_chunked_result_t tpu_http_chunked_decode(tpu_http_chunked_t *c, char *b
       } else if (ch == '\r') {
         c->state = c->state == CS_TRAILER0 ? CS_END_LF : CS_TRAILER_LF;
       } else if (ch == '\n') {
-        c->state = c->state == CS_TRAILER0 ? CS_DONE : CS_TRAILER0;
+        rc = chunk_bad(c, 400, BARE_LF);
+        goto out;
       } else if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
         rc = chunk_bad(c, 400, "chunked body: control character in a trailer field");
         goto out;

@@ -118,7 +118,8 @@ void tpu_http_chunked_init(tpu_http_chunked_t *c);
  * the chunks' data is written to buf[0..*produced) (never ahead of what is read, so it may
  * overlap), *consumed says how many input bytes were used. The caller keeps the produced bytes,
  * drops the consumed ones and calls again with the rest plus what arrives next. Chunk
- * extensions and trailer fields are read and dropped; a bare LF ends a line, as in the head. A
+ * extensions and trailer fields are read and dropped; every line must end in CRLF (a bare LF,
+ * accepted in the head, is a 400 here), and whitespace after the size must lead to ';'. A
  * chunk size with no hex digits, a non-hex byte, data not followed by a line end: 400; data
  * beyond max_body_bytes, known from the chunk size before its data arrives: 413; a size line
  * over 4096 bytes: 400; trailers over max_head_bytes: 431. On DONE, *consumed ends just past the

@@ -169,6 +169,11 @@ refused("chunks adding up over the limit", HEAD + b"Transfer-Encoding: chunked\r
         (b"100000\r\n" + b"a" * 0x100000 + b"\r\n") * 4 + b"1\r\n", 413, "exceeds the limit")
 refused("bad chunk size", HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", 400,
         "expected a hexadecimal chunk size")
+# A bare LF or "size junk" in the framing: a strict proxy in front would frame it otherwise.
+refused("bare LF after a chunk size", HEAD + b"Transfer-Encoding: chunked\r\n\r\n1\nx\r\n0\r\n\r\n",
+        400, "CRLF")
+refused("a chunk size, a space, more digits",
+        HEAD + b"Transfer-Encoding: chunked\r\n\r\n1 2\r\n", 400, "extension")
 refused("Transfer-Encoding: gzip", HEAD + b"Transfer-Encoding: gzip\r\n\r\n", 501,
         "only chunked is supported")
 refused("chunked and Content-Length", HEAD + b"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",

@@ -223,7 +223,7 @@ static void test_chunked_ok(void) {
       {"0\r\n\r\n", "", 0},
       {"A\r\n0123456789\r\n0\r\n\r\nGET / HTTP/1.1\r\n\r\n", "0123456789", 18},
       {"00a;name=value;x=\"q\"\r\n0123456789\r\n000\r\n\r\n", "0123456789", 0},
-      {"3 ; ext\n\r\n\n\n0\n\n", "\r\n\n", 0},              /* bare LFs; CRLF as data */
+      {"3 \t; ext\r\n\r\n\n\r\n0\r\n\r\n", "\r\n\n", 0},     /* BWS; CRLF as data */
       {"2\r\nab\r\n0\r\nX-Checksum: 1\r\nX-B: 2\r\n\r\n", "ab", 0}, /* trailers */
       {"1\r\n\x00\r\n1\r\n\xff\r\n0\r\n\r\n", "\x00\xff", 0},     /* binary data */
       {"64\r\n" "0123456789012345678901234567890123456789012345678901234567890123456789"
@@ -311,6 +311,38 @@ static void test_chunked_errors(void) {
   }
 }
 
+/* Regression: the decoder took a bare LF as the end of a chunk-size line, of chunk data and of
+ * trailer lines, and any bytes after whitespace following the size ("5 6", "5 zzz") as an
+ * extension. RFC 9112 allows a bare LF only in the start-line and header fields (2.2), and a
+ * chunk extension starts with ';' (7.1.1): a proxy in front that reads these strictly frames
+ * the body differently, and what it forwards as body tpud reads as the next request
+ * (smuggling). Each is a 400 now, whole and at every split. */
+static void test_chunked_bare_lf_and_bws_smuggling(void) {
+  const char *bad[] = {
+      "5\nhello\r\n0\r\n\r\n",          /* size line ends in a bare LF */
+      "5;x\nhello\r\n0\r\n\r\n",        /* ... after an extension */
+      "5\r\nhello\n0\r\n\r\n",          /* data ends in a bare LF */
+      "5\r\nhello\r\n0\n\r\n",          /* the last-chunk line */
+      "0\r\nX: 1\n\r\n",               /* a trailer line */
+      "0\r\n\nGET /x HTTP/1.1\r\n\r\n",  /* the final empty line */
+      "5 6\r\nhello\r\n0\r\n\r\n",      /* whitespace, then not ';' */
+      "5\tzzz\r\nhello\r\n0\r\n\r\n",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    size_t len = strlen(bad[i]);
+    for (size_t step = 1; step <= len; step++) {
+      char out[64];
+      size_t outlen, rest;
+      tpu_http_chunked_t c;
+      int rc = dechunk(bad[i], len, step, out, &outlen, &rest, &c);
+      CU_ASSERT_EQUAL(rc, TPU_HTTP_CHUNKED_ERROR);
+      CU_ASSERT_EQUAL(c.status, 400);
+      if (rc != TPU_HTTP_CHUNKED_ERROR || c.status != 400)
+        printf("\nbody %zu step %zu: rc %d status %d, want a 400\n", i, step, rc, c.status);
+    }
+  }
+}
+
 /* Random mutations of a chunked body at random splits: a result, never an overrun, and the
  * data never beyond the limit. */
 static void test_chunked_random(void) {
@@ -337,6 +369,7 @@ TPU_TEST_SUITE(server_http_parser, {"complete", test_complete},
                {"framing_headers", test_framing_headers},
                {"accept_encoding", test_accept_encoding}, {"chunked_ok", test_chunked_ok},
                {"chunked_errors", test_chunked_errors}, {"chunked_random", test_chunked_random},
+               {"chunked_bare_lf_and_bws_smuggling", test_chunked_bare_lf_and_bws_smuggling},
                {"authorization", test_authorization},
                {"incomplete_at_every_cut", test_incomplete_at_every_cut},
                {"errors", test_errors}, {"random_bytes", test_random_bytes})
