@@ -1,0 +1,591 @@
+/*
+ * tpu_fpconv.c - binary32/binary64 <-> decimal text, exactly, in integer arithmetic.
+ *
+ * DESIGN
+ * Everything here is exact integer arithmetic on a value's integer mantissa and binary exponent,
+ * with one table: the 128 leading bits of 5^q for q in [-342, 341] (tpu_fpconv_tab.h, written and
+ * checked by tpu_fpconv_gen.py with Python's exact integers; 10^q has the same mantissa). No
+ * libm, no printf, no floating-point arithmetic except the one correctly rounded operation of
+ * Clinger's fast path.
+ *
+ * Formatting. The text is the one tpud always printed: for P = Pmin..Pmax (6..9 for binary32,
+ * 15..17 for binary64), v correctly rounded to P significant digits (ties to even, as printf),
+ * the first that lies inside v's rounding interval, the interval that reads back as v (its ends,
+ * the midpoints to v's neighbours, belong to it when v's mantissa is even, as strtod rounds
+ * ties), printed as "%.{P}g" prints it. Note this is not always the shortest text: printf's
+ * P=6 rounding keeps 6 digits where fewer would do (the smallest subnormal binary32 is
+ * "1.4013e-45", not "1e-45"); it is what the JSON answers have always said, byte for byte.
+ * The work is three scaled values, floor(X * 10^s) with X = v and its two midpoints, s chosen
+ * so that v * 10^s has D = 10 (binary32) or 18 (binary64) digits or one more, each with a
+ * "sticky" flag (whether the product had a fraction). One 64x128-bit multiplication by the
+ * table entry gives the floor unless the truncated bits of the table could carry into it
+ * (the exact product lies in [P, P + X) in units of the last bit): then, practically never,
+ * an exact big-integer computation decides. Whether a product is an integer comes from
+ * divisibility (powers of 2 and 5 in X), not from the approximation. Rounding to P digits and
+ * comparing with the midpoints are then integer operations on those three numbers.
+ *
+ * Parsing. w * 10^q (w the first 19 significant digits): Clinger's fast path when w and 10^|q|
+ * are exact doubles (floats); otherwise the 64x128 product of the normalized w with the table
+ * entry (the Eisel-Lemire idea), rounded at the target precision, subnormals included. The
+ * same interval argument says when the truncated table bits could change the rounding; those
+ * rare cases, and digit strings longer than 19 digits whose tail matters, go to the C
+ * library's exact strtod/strtof.
+ *
+ * Relies on: two's-complement arithmetic right shifts of negative integers (gcc, clang), and
+ * FLT_EVAL_METHOD == 0 (SSE arithmetic, as on every x86-64 target) for Clinger's path.
+ */
+#include "tpu_fpconv.h"
+#include "tpu_fpconv_tab.h"
+
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if FLT_EVAL_METHOD != 0
+#error "tpu_fpconv.c needs float and double arithmetic without excess precision"
+#endif
+
+typedef unsigned __int128 u128;
+
+static const uint64_t pow10_u64[20] = {1ull,
+                                       10ull,
+                                       100ull,
+                                       1000ull,
+                                       10000ull,
+                                       100000ull,
+                                       1000000ull,
+                                       10000000ull,
+                                       100000000ull,
+                                       1000000000ull,
+                                       10000000000ull,
+                                       100000000000ull,
+                                       1000000000000ull,
+                                       10000000000000ull,
+                                       100000000000000ull,
+                                       1000000000000000ull,
+                                       10000000000000000ull,
+                                       100000000000000000ull,
+                                       1000000000000000000ull,
+                                       10000000000000000000ull};
+
+/* 5^0 .. 5^27 (5^27 < 2^63 < 5^28). */
+static const uint64_t pow5_u64[28] = {
+    1ull,
+    5ull,
+    25ull,
+    125ull,
+    625ull,
+    3125ull,
+    15625ull,
+    78125ull,
+    390625ull,
+    1953125ull,
+    9765625ull,
+    48828125ull,
+    244140625ull,
+    1220703125ull,
+    6103515625ull,
+    30517578125ull,
+    152587890625ull,
+    762939453125ull,
+    3814697265625ull,
+    19073486328125ull,
+    95367431640625ull,
+    476837158203125ull,
+    2384185791015625ull,
+    11920928955078125ull,
+    59604644775390625ull,
+    298023223876953125ull,
+    1490116119384765625ull,
+    7450580596923828125ull,
+};
+
+/* floor(q * log2 5) and floor(b * log10 2); tpu_fpconv_gen.py proves both over |q| <= 342 and
+ * |b| <= 1200 (the shifts are floor divisions). */
+static inline int floor_log2_pow5(int q) { return (int)(((int64_t)q * 1217359) >> 19); }
+static inline int floor_log10_pow2(int b) { return (int)(((int64_t)b * 78913) >> 18); }
+
+/* p[0..2] (least significant first) = a * T(q), the 192-bit product with the table entry. */
+static inline void mul_pow5(uint64_t a, int q, uint64_t p[3]) {
+  const uint64_t *t = tpu__fpconv_pow5[q - TPU__FPCONV_POW5_MIN];
+  u128 hi = (u128)a * t[0], lo = (u128)a * t[1];
+  u128 mid = (u128)(uint64_t)hi + (uint64_t)(lo >> 64);
+  p[0] = (uint64_t)lo;
+  p[1] = (uint64_t)mid;
+  p[2] = (uint64_t)(hi >> 64) + (uint64_t)(mid >> 64);
+}
+
+/* floor(P / 2^sh) for 0 < sh < 192, which the caller knows fits in 64 bits; *nz says whether
+ * P mod 2^sh != 0 and *carry whether P mod 2^sh + add >= 2^sh (P + add passes a multiple). */
+static inline uint64_t shr192(const uint64_t p[3], int sh, uint64_t add, int *nz, int *carry) {
+  int limb = sh >> 6, bit = sh & 63;
+  uint64_t r = p[limb] >> bit;
+  if (bit && limb < 2) r |= p[limb + 1] << (64 - bit);
+  uint64_t mask = bit ? (UINT64_C(1) << bit) - 1 : 0;
+  uint64_t l[3];
+  for (int i = 0; i < 3; i++) l[i] = i < limb ? p[i] : i == limb ? p[i] & mask : 0;
+  *nz = (l[0] | l[1] | l[2]) != 0;
+  uint64_t s[3];
+  s[0] = l[0] + add;
+  uint64_t c = s[0] < add;
+  s[1] = l[1] + c;
+  c = c && s[1] == 0;
+  s[2] = l[2] + c;
+  int over = (s[limb] >> bit) != 0;
+  for (int i = limb + 1; i < 3; i++) over |= s[i] != 0;
+  *carry = over;
+  return r;
+}
+
+/* ---- exact big integers, for the rare products the table cannot decide ---- */
+
+typedef struct {
+  uint32_t d[48]; /* little-endian 32-bit limbs: 1536 bits, above the 900 the formats need */
+  int n;
+} big_t;
+
+static void big_mul_small(big_t *b, uint32_t m) {
+  uint64_t c = 0;
+  for (int i = 0; i < b->n; i++) {
+    c += (uint64_t)b->d[i] * m;
+    b->d[i] = (uint32_t)c;
+    c >>= 32;
+  }
+  if (c) b->d[b->n++] = (uint32_t)c;
+}
+
+/* b /= m; returns the remainder. */
+static uint32_t big_div_small(big_t *b, uint32_t m) {
+  uint64_t r = 0;
+  for (int i = b->n - 1; i >= 0; i--) {
+    uint64_t cur = (r << 32) | b->d[i];
+    b->d[i] = (uint32_t)(cur / m);
+    r = cur % m;
+  }
+  while (b->n && b->d[b->n - 1] == 0) b->n--;
+  return (uint32_t)r;
+}
+
+static void big_shl(big_t *b, int k) {
+  int limbs = k / 32, bits = k % 32;
+  for (int i = b->n - 1; i >= 0; i--) b->d[i + limbs] = b->d[i];
+  for (int i = 0; i < limbs; i++) b->d[i] = 0;
+  b->n += limbs;
+  if (bits) {
+    uint32_t c = 0;
+    for (int i = limbs; i < b->n; i++) {
+      uint32_t nc = b->d[i] >> (32 - bits);
+      b->d[i] = (b->d[i] << bits) | c;
+      c = nc;
+    }
+    if (c) b->d[b->n++] = c;
+  }
+}
+
+/* b >>= k; returns whether any 1 bit was shifted out. */
+static int big_shr(big_t *b, int k) {
+  int limbs = k / 32, bits = k % 32, lost = 0;
+  if (limbs >= b->n) {
+    lost = b->n > 0;
+    b->n = 0;
+    return lost;
+  }
+  for (int i = 0; i < limbs; i++) lost |= b->d[i] != 0;
+  for (int i = limbs; i < b->n; i++) b->d[i - limbs] = b->d[i];
+  b->n -= limbs;
+  if (bits) {
+    lost |= (b->d[0] & ((1u << bits) - 1)) != 0;
+    for (int i = 0; i < b->n; i++)
+      b->d[i] = (b->d[i] >> bits) | (i + 1 < b->n ? b->d[i + 1] << (32 - bits) : 0);
+  }
+  while (b->n && b->d[b->n - 1] == 0) b->n--;
+  return lost;
+}
+
+#define POW5_13 1220703125u /* 5^13, the largest power of five below 2^31 */
+
+/* floor(M * 2^f * 10^s) (which fits in 64 bits) and whether it had a fraction, exactly. */
+static uint64_t scaled_big(uint64_t M, int f, int s, int *sticky) {
+  big_t b = {{(uint32_t)M, (uint32_t)(M >> 32)}, M >> 32 ? 2 : 1};
+  int e2 = f + s, st = 0;
+  for (int k = s; k > 0; k -= 13) big_mul_small(&b, k >= 13 ? POW5_13 : (uint32_t)pow5_u64[k]);
+  if (e2 > 0) big_shl(&b, e2);
+  for (int k = -s; k > 0; k -= 13)
+    st |= big_div_small(&b, k >= 13 ? POW5_13 : (uint32_t)pow5_u64[k]) != 0;
+  if (e2 < 0) st |= big_shr(&b, -e2);
+  *sticky = st;
+  return (uint64_t)b.d[0] | (b.n > 1 ? (uint64_t)b.d[1] << 32 : 0);
+}
+
+/* Whether M * 2^f * 10^s = M * 5^s * 2^(f+s) is an integer (M > 0). */
+static int product_is_integer(uint64_t M, int f, int s) {
+  if (__builtin_ctzll(M) + f + s < 0) return 0;
+  if (s >= 0) return 1;
+  if (-s > 27) return 0; /* 5^28 > 2^64 > M */
+  return M % pow5_u64[-s] == 0;
+}
+
+/* floor(M * 2^f * 10^s), known to fit in 64 bits, and *sticky: whether it had a fraction. */
+static uint64_t scaled(uint64_t M, int f, int s, int *sticky) {
+  uint64_t p[3];
+  mul_pow5(M, s, p);
+  int sh = 127 - floor_log2_pow5(s) - s - f; /* 10^s = T(s) * 2^(floor(log2 5^s) - 127 + s) */
+  int nz, carry;
+  uint64_t n = shr192(p, sh, M - 1, &nz, &carry);
+  if (s >= 0 && s <= 55) { /* T(s) exact: P is the product */
+    *sticky = nz;
+    return n;
+  }
+  /* The exact product lies in [P, P + M) / 2^sh (T(s) is short by less than one unit). */
+  if (product_is_integer(M, f, s)) {
+    *sticky = 0;
+    return n + (uint64_t)nz; /* the one integer in that interval, shorter than 1 */
+  }
+  if (carry) return scaled_big(M, f, s, sticky);
+  *sticky = 1;
+  return n;
+}
+
+/* v / 10^k for the k this file divides by, as multiplications by constants. */
+static inline uint64_t div_pow10(uint64_t v, int k) {
+  switch (k) {
+  case 1: return v / 10;
+  case 2: return v / 100;
+  case 3: return v / 1000;
+  case 4: return v / 10000;
+  case 5: return v / 100000;
+  default: return v / pow10_u64[k];
+  }
+}
+
+/* Writes d (exactly p digits, first digit's exponent x) as printf's "%.{p}g" would: trailing
+ * zeros dropped, exponent notation when x < -4 or x >= p, exponent at least two digits. */
+static size_t print_g(char *out, int neg, uint64_t d, int p, int x) {
+  char dig[20];
+  int nd = p;
+  while (nd > 1 && d % 10 == 0) {
+    d /= 10;
+    nd--;
+  }
+  for (int i = nd - 1; i >= 0; i--) {
+    dig[i] = (char)('0' + d % 10);
+    d /= 10;
+  }
+  char *o = out;
+  if (neg) *o++ = '-';
+  if (x < -4 || x >= p) {
+    *o++ = dig[0];
+    if (nd > 1) {
+      *o++ = '.';
+      memcpy(o, dig + 1, (size_t)nd - 1);
+      o += nd - 1;
+    }
+    *o++ = 'e';
+    int ax = x < 0 ? -x : x;
+    *o++ = x < 0 ? '-' : '+';
+    if (ax >= 100) *o++ = (char)('0' + ax / 100);
+    *o++ = (char)('0' + ax / 10 % 10);
+    *o++ = (char)('0' + ax % 10);
+  } else if (x >= 0) {
+    for (int i = 0; i <= x; i++) *o++ = i < nd ? dig[i] : '0';
+    if (nd > x + 1) {
+      *o++ = '.';
+      memcpy(o, dig + x + 1, (size_t)(nd - x - 1));
+      o += nd - x - 1;
+    }
+  } else {
+    *o++ = '0';
+    *o++ = '.';
+    for (int i = 0; i < -x - 1; i++) *o++ = '0';
+    memcpy(o, dig, (size_t)nd);
+    o += nd;
+  }
+  *o = 0;
+  return (size_t)(o - out);
+}
+
+/*
+ * v = m * 2^e (m > 0). asym: v is a power of two above the smallest normal, so its lower
+ * neighbour is half as far as its upper one. D: the digits v * 10^s is scaled to (or D + 1);
+ * pmin..pmax: the precisions tried, pmax < D.
+ */
+static size_t format_dec(uint64_t m, int e, int asym, int neg, int D, int pmin, int pmax,
+                         char *out) {
+  int even = (m & 1) == 0;
+  /* 4v and its midpoints to the neighbours, as integers times 2^f. */
+  uint64_t M0 = 4 * m, Mlo = 4 * m - (asym ? 1 : 2), Mhi = 4 * m + 2;
+  int f = e - 2;
+  int b = e + 63 - __builtin_clzll(m); /* 2^b <= v < 2^(b+1) */
+  int s = D - 1 - floor_log10_pow2(b); /* so that 10^(D-1) <= v * 10^s < 10^(D+1) */
+  int st0, stlo, sthi;
+  uint64_t N0 = scaled(M0, f, s, &st0), Nlo = scaled(Mlo, f, s, &stlo);
+  uint64_t Nhi = scaled(Mhi, f, s, &sthi);
+  int n = N0 >= pow10_u64[D] ? D + 1 : D; /* digits of N0 */
+  int x = n - 1 - s;                      /* decimal exponent of v's first digit */
+  uint64_t q = 0;
+  int p = pmin;
+  for (; p <= pmax; p++) {
+    int k = n - p;
+    q = div_pow10(N0, k);
+    uint64_t r = N0 - q * pow10_u64[k], half = pow10_u64[k] / 2;
+    if (r > half || (r == half && (st0 || (q & 1)))) q++;
+    uint64_t C = q * pow10_u64[k]; /* the rounded value, scaled as N0 */
+    /* C against the true midpoints Nlo + fraction and Nhi + fraction. */
+    int lo_ok = C > Nlo || (C == Nlo && !stlo && even);
+    int hi_ok = C < Nhi || (C == Nhi && (sthi || even));
+    if (lo_ok && hi_ok) break;
+  }
+  if (p > pmax) p = pmax; /* not reached: pmax digits always read back */
+  int xx = x;
+  if (q == pow10_u64[p]) { /* rounded up to the next power of ten */
+    q = pow10_u64[p - 1];
+    xx++;
+  }
+  return print_g(out, neg, q, p, xx);
+}
+
+size_t tpu_fpconv_f32_format(float v, char *out) {
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  uint32_t a = u & 0x7fffffffu, ef = a >> 23, mf = a & 0x7fffffu;
+  int neg = (int)(u >> 31);
+  if (ef == 0xff) {
+    out[0] = 0;
+    return 0;
+  }
+  if (a == 0) {
+    memcpy(out, neg ? "-0" : "0", neg ? 3 : 2);
+    return neg ? 2 : 1;
+  }
+  uint64_t m = ef ? mf | 0x800000u : mf;
+  int e = ef ? (int)ef - 150 : -149;
+  return format_dec(m, e, mf == 0 && ef > 1, neg, 10, 6, 9, out);
+}
+
+size_t tpu_fpconv_f64_format(double v, char *out) {
+  uint64_t u;
+  memcpy(&u, &v, 8);
+  uint64_t a = u & 0x7fffffffffffffffu, mf = a & 0xfffffffffffffu;
+  int ef = (int)(a >> 52), neg = (int)(u >> 63);
+  if (ef == 0x7ff) {
+    out[0] = 0;
+    return 0;
+  }
+  if (a == 0) {
+    memcpy(out, neg ? "-0" : "0", neg ? 3 : 2);
+    return neg ? 2 : 1;
+  }
+  uint64_t m = ef ? mf | (UINT64_C(1) << 52) : mf;
+  int e = ef ? ef - 1075 : -1074;
+  return format_dec(m, e, mf == 0 && ef > 1, neg, 18, 15, 17, out);
+}
+
+/* ---- parsing ---- */
+
+/*
+ * w * 10^q (w > 0, q in the table's range) rounded to nearest even in the binary format with
+ * prec significant bits, ulp exponent at least qmin, biased exponent field below fmax (all ones
+ * is infinity). 1 and *bits (sign clear) when decided; 0 when the truncated table bits could
+ * change the rounding.
+ */
+static int dec_to_bits(uint64_t w, int q, int prec, int qmin, int bias, int fmax, uint64_t *bits) {
+  int lz = __builtin_clzll(w);
+  uint64_t wn = w << lz, p[3];
+  mul_pow5(wn, q, p);
+  /* w * 10^q = V * 2^c with V = wn * (exact 5^q mantissa), in [P, P + wn). */
+  int c = floor_log2_pow5(q) - 127 + q - lz;
+  int tb = (p[2] >> 63) ? 191 : 190; /* top bit of P */
+  int E = tb + c;                    /* floor(log2(w * 10^q)), unless V passes 2^191 */
+  if (E + bias >= fmax) {
+    *bits = (uint64_t)fmax << (prec - 1);
+    return 1;
+  }
+  int u = E - prec + 1; /* exponent of the result's last bit */
+  if (u < qmin) u = qmin;
+  int k = u - c; /* the result is V / 2^k rounded */
+  if (k - 1 > 191) { /* V / 2^k < 1/2 */
+    *bits = 0;
+    return 1;
+  }
+  int nz, carry;
+  uint64_t F = shr192(p, k - 1, wn - 1, &nz, &carry); /* the mantissa and the rounding bit */
+  int sticky = nz;
+  if (q < 0 || q > 55) { /* T(q) truncated: V > P */
+    if (carry) return 0;   /* V may pass the next multiple of 2^(k-1) (or 2^191) */
+    sticky = 1;
+  }
+  uint64_t mant = F >> 1;
+  if ((F & 1) && (sticky || (mant & 1))) mant++;
+  if (mant >> prec) { /* rounded up to 2^prec */
+    mant >>= 1;
+    u++;
+  }
+  uint64_t hidden = UINT64_C(1) << (prec - 1);
+  if (mant < hidden) { /* subnormal or zero */
+    *bits = mant;
+    return 1;
+  }
+  int field = u + prec - 1 + bias;
+  if (field >= fmax) {
+    *bits = (uint64_t)fmax << (prec - 1);
+    return 1;
+  }
+  *bits = ((uint64_t)field << (prec - 1)) | (mant & (hidden - 1));
+  return 1;
+}
+
+static const double pow10_f64[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                     1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                     1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+static const float pow10_f32[11] = {1e0f, 1e1f, 1e2f, 1e3f, 1e4f, 1e5f,
+                                    1e6f, 1e7f, 1e8f, 1e9f, 1e10f};
+
+int tpu_fpconv_f64_from_decimal(uint64_t w, int e10, int neg, double *out) {
+  double d;
+  if (w > (UINT64_C(1) << 53) && e10 < 0)
+    while (w % 10 == 0 && e10 < 0) { /* exact decimals like 0.5000000000000000000 */
+      w /= 10;
+      e10++;
+    }
+  if (w == 0) {
+    d = 0;
+  } else if (w <= (UINT64_C(1) << 53) && e10 >= -22 && e10 <= 22) {
+    d = (double)w; /* Clinger: both exact, one correctly rounded operation */
+    d = e10 >= 0 ? d * pow10_f64[e10] : d / pow10_f64[-e10];
+  } else if (e10 < -342) { /* below 2^64 * 10^-343, under half the smallest subnormal */
+    d = 0;
+  } else if (e10 > 308) {
+    d = __builtin_inf();
+  } else {
+    uint64_t bits;
+    if (!dec_to_bits(w, e10, 53, -1074, 1023, 2047, &bits)) return 0;
+    memcpy(&d, &bits, 8);
+  }
+  *out = neg ? -d : d;
+  return 1;
+}
+
+int tpu_fpconv_f32_from_decimal(uint64_t w, int e10, int neg, float *out) {
+  float d;
+  if (w > (UINT64_C(1) << 24) && e10 < 0)
+    while (w % 10 == 0 && e10 < 0) {
+      w /= 10;
+      e10++;
+    }
+  if (w == 0) {
+    d = 0;
+  } else if (w <= (UINT64_C(1) << 24) && e10 >= -10 && e10 <= 10) {
+    d = (float)w;
+    d = e10 >= 0 ? d * pow10_f32[e10] : d / pow10_f32[-e10];
+  } else if (e10 < -65) { /* below 2^64 * 10^-66, under half the smallest subnormal */
+    d = 0;
+  } else if (e10 > 38) {
+    d = __builtin_inff();
+  } else {
+    uint64_t bits;
+    if (!dec_to_bits(w, e10, 24, -149, 127, 255, &bits)) return 0;
+    uint32_t b32 = (uint32_t)bits;
+    memcpy(&d, &b32, 4);
+  }
+  *out = neg ? -d : d;
+  return 1;
+}
+
+/* The JSON number at s[0..n): its first 19 significant digits w, the exponent e10 of w's last
+ * digit, the sign, and whether a nonzero digit was left out. Returns its length, or 0. */
+static size_t scan_number(const char *s, size_t n, uint64_t *w, int *e10, int *neg, int *trunc) {
+  size_t i = 0;
+  uint64_t m = 0;
+  int nd = 0, x = 0, lost = 0;
+  *neg = 0;
+  if (i < n && s[i] == '-') {
+    *neg = 1;
+    i++;
+  }
+  if (i >= n || s[i] < '0' || s[i] > '9') return 0;
+  if (s[i] == '0') {
+    i++;
+  } else {
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+      if (nd < 19) {
+        m = m * 10 + (uint64_t)(s[i] - '0');
+        nd++;
+      } else {
+        lost |= s[i] != '0';
+        x++;
+      }
+    }
+  }
+  if (i < n && s[i] == '.') {
+    i++;
+    if (i >= n || s[i] < '0' || s[i] > '9') return 0;
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+      if (nd == 0 && s[i] == '0') {
+        x--;
+      } else if (nd < 19) {
+        m = m * 10 + (uint64_t)(s[i] - '0');
+        nd++;
+        x--;
+      } else {
+        lost |= s[i] != '0';
+      }
+    }
+  }
+  if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+    size_t j = i + 1;
+    int eneg = 0;
+    if (j < n && (s[j] == '+' || s[j] == '-')) eneg = s[j++] == '-';
+    if (j >= n || s[j] < '0' || s[j] > '9') return 0;
+    int ex = 0;
+    for (; j < n && s[j] >= '0' && s[j] <= '9'; j++)
+      if (ex < 100000) ex = ex * 10 + (s[j] - '0'); /* beyond: zero or infinity anyway */
+    x += eneg ? -ex : ex;
+    i = j;
+  }
+  *w = m;
+  *e10 = x;
+  *trunc = lost;
+  return i;
+}
+
+/* The C library's exact conversion of s[0..n) (a valid JSON number), on a NUL-ended copy. */
+static int slow_parse(const char *s, size_t n, int wide, double *d, float *f) {
+  char stack[128], *tmp = n < sizeof stack ? stack : malloc(n + 1);
+  if (!tmp) return 0;
+  memcpy(tmp, s, n);
+  tmp[n] = 0;
+  if (wide)
+    *d = strtod(tmp, NULL);
+  else
+    *f = strtof(tmp, NULL);
+  if (tmp != stack) free(tmp);
+  return 1;
+}
+
+size_t tpu_fpconv_f64_parse(const char *s, size_t n, double *out) {
+  uint64_t w;
+  int e10, neg, trunc;
+  size_t len = scan_number(s, n, &w, &e10, &neg, &trunc);
+  if (!len) return 0;
+  double a, b;
+  if (tpu_fpconv_f64_from_decimal(w, e10, neg, &a) &&
+      (!trunc || (tpu_fpconv_f64_from_decimal(w + 1, e10, neg, &b) && memcmp(&a, &b, 8) == 0))) {
+    *out = a; /* the true value lies in [w, w + 1) * 10^e10, both ends round alike */
+    return len;
+  }
+  return slow_parse(s, len, 1, out, NULL) ? len : 0;
+}
+
+size_t tpu_fpconv_f32_parse(const char *s, size_t n, float *out) {
+  uint64_t w;
+  int e10, neg, trunc;
+  size_t len = scan_number(s, n, &w, &e10, &neg, &trunc);
+  if (!len) return 0;
+  float a, b;
+  if (tpu_fpconv_f32_from_decimal(w, e10, neg, &a) &&
+      (!trunc || (tpu_fpconv_f32_from_decimal(w + 1, e10, neg, &b) && memcmp(&a, &b, 4) == 0))) {
+    *out = a;
+    return len;
+  }
+  return slow_parse(s, len, 0, NULL, out) ? len : 0;
+}

@@ -1,0 +1,53 @@
+/*
+ * tpu_fpconv.h - binary32/binary64 <-> decimal text, exactly, without libm.
+ *
+ * DESIGN
+ * The JSON path's number conversions. Formatting prints the text tpud has always printed: the
+ * shortest "%.{P}g" (P = 6..9 for binary32, 15..17 for binary64) whose digits read back as the
+ * same value, i.e. printf's correctly rounded digits (ties to even) and printf's choice between
+ * fixed and exponent notation, "-0" for negative zero. Parsing is correctly rounded (to nearest,
+ * ties to even) for both widths. Pure functions: no allocation on the common path, no I/O, no
+ * global state, safe from any thread.
+ */
+#ifndef TPU_FPCONV_H
+#define TPU_FPCONV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bytes a formatted value may need, NUL included: "-1.23456789e-38", "-2.2250738585072014e-308". */
+#define TPU_FPCONV_F32_LEN 16
+#define TPU_FPCONV_F64_LEN 25
+
+/*
+ * Writes v as the shortest "%.{6..9}g" text that reads back (round to nearest even) as v, NUL
+ * terminated, into out (TPU_FPCONV_F32_LEN bytes), and returns its length. NaN and infinities,
+ * which JSON has no text for, write nothing and return 0.
+ */
+size_t tpu_fpconv_f32_format(float v, char *out);
+
+/* The same for binary64 with "%.{15..17}g"; out holds TPU_FPCONV_F64_LEN bytes. */
+size_t tpu_fpconv_f64_format(double v, char *out);
+
+/*
+ * (neg ? -1 : 1) * w * 10^e10 rounded to the nearest binary64 (ties to even) into *out: 1 when
+ * the fast exact paths decide it, which is every case but rare near-ties at 19 digits; 0 when
+ * the caller must take a slow exact path (tpu_fpconv_f64_parse does). Overflow gives infinity,
+ * underflow zero or a subnormal, w == 0 a signed zero.
+ */
+int tpu_fpconv_f64_from_decimal(uint64_t w, int e10, int neg, double *out);
+
+/* The same for binary32 (correctly rounded directly, not through a double). */
+int tpu_fpconv_f32_from_decimal(uint64_t w, int e10, int neg, float *out);
+
+/*
+ * Parses one JSON number (RFC 8259: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?) at the start
+ * of s[0..n), correctly rounded, into *out; returns the bytes it took, or 0 (and *out untouched)
+ * when s does not start with one. Out-of-range values give infinity or zero, as strtod does;
+ * the caller decides whether those are errors. Hard cases (long digit strings on a rounding
+ * boundary) are settled by the C library's strtod/strtof on a copy of the token.
+ */
+size_t tpu_fpconv_f64_parse(const char *s, size_t n, double *out);
+size_t tpu_fpconv_f32_parse(const char *s, size_t n, float *out);
+
+#endif
