@@ -225,18 +225,32 @@ static int product_is_integer(uint64_t M, int f, int s) {
   return M % pow5_u64[-s] == 0;
 }
 
-/* floor(M * 2^f * 10^s), known to fit in 64 bits, and *sticky: whether it had a fraction. */
-static uint64_t scaled(uint64_t M, int f, int s, int *sticky) {
-  uint64_t p[3];
-  mul_pow5(M, s, p);
-  int sh = 127 - floor_log2_pow5(s) - s - f; /* 10^s = T(s) * 2^(floor(log2 5^s) - 127 + s) */
+/*
+ * floor(M * 2^f * 10^s), known to fit in 64 bits, and *sticky: whether it had a fraction.
+ * p = M * T(s) (mul_pow5), sh = the shift that scales it: 10^s = T(s) * 2^(floor(log2 5^s) -
+ * 127 + s).
+ */
+static inline uint64_t scaled(const uint64_t p[3], int sh, uint64_t M, int f, int s,
+                              int *sticky) {
+  int texact = s >= 0 && s <= 55; /* then p is the exact product */
+  uint64_t n;
   int nz, carry;
-  uint64_t n = shr192(p, sh, M - 1, &nz, &carry);
-  if (s >= 0 && s <= 55) { /* T(s) exact: P is the product */
+  if (sh >= 64 && sh < 128) { /* always, for the formats here; the general case below */
+    int b = sh - 64;
+    n = b ? (p[1] >> b) | (p[2] << (64 - b)) : p[1];
+    uint64_t lhi = b ? p[1] & ((UINT64_C(1) << b) - 1) : 0;
+    nz = (lhi | p[0]) != 0;
+    uint64_t lo = p[0] + (M - 1);
+    uint64_t c = lo < p[0];
+    carry = b ? ((lhi + c) >> b) != 0 : c != 0;
+  } else {
+    n = shr192(p, sh, M - 1, &nz, &carry);
+  }
+  if (texact) {
     *sticky = nz;
     return n;
   }
-  /* The exact product lies in [P, P + M) / 2^sh (T(s) is short by less than one unit). */
+  /* The exact product lies in [p, p + M) / 2^sh (T(s) is short by less than one unit). */
   if (product_is_integer(M, f, s)) {
     *sticky = 0;
     return n + (uint64_t)nz; /* the one integer in that interval, shorter than 1 */
@@ -246,31 +260,25 @@ static uint64_t scaled(uint64_t M, int f, int s, int *sticky) {
   return n;
 }
 
-/* v / 10^k for the k this file divides by, as multiplications by constants. */
-static inline uint64_t div_pow10(uint64_t v, int k) {
-  switch (k) {
-  case 1: return v / 10;
-  case 2: return v / 100;
-  case 3: return v / 1000;
-  case 4: return v / 10000;
-  case 5: return v / 100000;
-  default: return v / pow10_u64[k];
-  }
-}
+static const char digit_pairs[201] = "00010203040506070809101112131415161718192021222324"
+                                      "25262728293031323334353637383940414243444546474849"
+                                      "50515253545556575859606162636465666768697071727374"
+                                      "75767778798081828384858687888990919293949596979899";
 
 /* Writes d (exactly p digits, first digit's exponent x) as printf's "%.{p}g" would: trailing
  * zeros dropped, exponent notation when x < -4 or x >= p, exponent at least two digits. */
 static size_t print_g(char *out, int neg, uint64_t d, int p, int x) {
   char dig[20];
+  int left = p;
+  while (left >= 2) { /* two digits per division */
+    uint64_t two = d % 100;
+    d /= 100;
+    left -= 2;
+    memcpy(dig + left, digit_pairs + 2 * two, 2);
+  }
+  if (left) dig[0] = (char)('0' + d);
   int nd = p;
-  while (nd > 1 && d % 10 == 0) {
-    d /= 10;
-    nd--;
-  }
-  for (int i = nd - 1; i >= 0; i--) {
-    dig[i] = (char)('0' + d % 10);
-    d /= 10;
-  }
+  while (nd > 1 && dig[nd - 1] == '0') nd--;
   char *o = out;
   if (neg) *o++ = '-';
   if (x < -4 || x >= p) {
@@ -309,39 +317,72 @@ static size_t print_g(char *out, int neg, uint64_t d, int p, int x) {
  * neighbour is half as far as its upper one. D: the digits v * 10^s is scaled to (or D + 1);
  * pmin..pmax: the precisions tried, pmax < D.
  */
-static size_t format_dec(uint64_t m, int e, int asym, int neg, int D, int pmin, int pmax,
-                         char *out) {
+static inline __attribute__((always_inline)) size_t
+format_dec(uint64_t m, int e, int asym, int neg, int D, int pmin, int pmax, char *out) {
   int even = (m & 1) == 0;
   /* 4v and its midpoints to the neighbours, as integers times 2^f. */
   uint64_t M0 = 4 * m, Mlo = 4 * m - (asym ? 1 : 2), Mhi = 4 * m + 2;
   int f = e - 2;
   int b = e + 63 - __builtin_clzll(m); /* 2^b <= v < 2^(b+1) */
   int s = D - 1 - floor_log10_pow2(b); /* so that 10^(D-1) <= v * 10^s < 10^(D+1) */
+  int sh = 127 - floor_log2_pow5(s) - s - f;
+  /* The three products with T(s): one multiplication, then T(s) added or taken away. */
+  const uint64_t *t = tpu__fpconv_pow5[s - TPU__FPCONV_POW5_MIN];
+  uint64_t p0[3], plo[3], phi[3];
+  mul_pow5(M0, s, p0);
+  u128 t2 = ((u128)t[0] << 64 | t[1]) << (asym ? 0 : 1); /* T or 2T (2T's top bit in t2c) */
+  uint64_t t2c = asym ? 0 : t[0] >> 63, t2l = (uint64_t)t2, t2h = (uint64_t)(t2 >> 64);
+  u128 tt = ((u128)t[0] << 64 | t[1]) << 1;
+  uint64_t ttc = t[0] >> 63, ttl = (uint64_t)tt, tth = (uint64_t)(tt >> 64);
+  u128 acc = (u128)p0[0] + ttl;
+  phi[0] = (uint64_t)acc;
+  acc = (u128)p0[1] + tth + (uint64_t)(acc >> 64);
+  phi[1] = (uint64_t)acc;
+  phi[2] = p0[2] + ttc + (uint64_t)(acc >> 64);
+  uint64_t br = p0[0] < t2l;
+  plo[0] = p0[0] - t2l;
+  u128 sub = (u128)t2h + br;
+  plo[1] = p0[1] - (uint64_t)sub;
+  br = (u128)p0[1] < sub;
+  plo[2] = p0[2] - t2c - br;
   int st0, stlo, sthi;
-  uint64_t N0 = scaled(M0, f, s, &st0), Nlo = scaled(Mlo, f, s, &stlo);
-  uint64_t Nhi = scaled(Mhi, f, s, &sthi);
-  int n = N0 >= pow10_u64[D] ? D + 1 : D; /* digits of N0 */
-  int x = n - 1 - s;                      /* decimal exponent of v's first digit */
-  uint64_t q = 0;
-  int p = pmin;
-  for (; p <= pmax; p++) {
-    int k = n - p;
-    q = div_pow10(N0, k);
-    uint64_t r = N0 - q * pow10_u64[k], half = pow10_u64[k] / 2;
-    if (r > half || (r == half && (st0 || (q & 1)))) q++;
-    uint64_t C = q * pow10_u64[k]; /* the rounded value, scaled as N0 */
-    /* C against the true midpoints Nlo + fraction and Nhi + fraction. */
-    int lo_ok = C > Nlo || (C == Nlo && !stlo && even);
-    int hi_ok = C < Nhi || (C == Nhi && (sthi || even));
-    if (lo_ok && hi_ok) break;
+  uint64_t N0 = scaled(p0, sh, M0, f, s, &st0), Nlo = scaled(plo, sh, Mlo, f, s, &stlo);
+  uint64_t Nhi = scaled(phi, sh, Mhi, f, s, &sthi);
+  /* Scale to exactly D + 1 digits: times 10 keeps every comparison below exact (an integer C
+   * is above t exactly when above floor(t), equal exactly when equal and t has no fraction),
+   * and the rounding below looks at k >= 2 digits, whose half is a multiple of 10. */
+  int x = D - s; /* decimal exponent of v's first digit */
+  if (N0 < pow10_u64[D]) {
+    N0 *= 10;
+    Nlo *= 10;
+    Nhi *= 10;
+    x--;
   }
-  if (p > pmax) p = pmax; /* not reached: pmax digits always read back */
-  int xx = x;
+  /* Every precision at once (no branches to mispredict), then the first that reads back. */
+  uint64_t qs[4];
+  unsigned ok = 0;
+#pragma GCC unroll 4 /* unrolled, each k is a constant and each division a multiplication */
+  for (int i = 0; i < 4; i++) {
+    if (pmin + i > pmax) break;
+    int k = D + 1 - (pmin + i); /* >= 2 */
+    uint64_t pk = pow10_u64[k];
+    uint64_t q = N0 / pk, r = N0 - q * pk, half = pk / 2;
+    q += (r > half) | ((r == half) & (st0 | (int)(q & 1)));
+    uint64_t C = q * pk; /* the rounded value, scaled as N0 */
+    /* C against the true midpoints Nlo + fraction and Nhi + fraction. */
+    int lo_ok = (C > Nlo) | ((C == Nlo) & !stlo & even);
+    int hi_ok = (C < Nhi) | ((C == Nhi) & (sthi | even));
+    ok |= (unsigned)(lo_ok & hi_ok) << i;
+    qs[i] = q;
+  }
+  ok |= 1u << (pmax - pmin); /* pmax digits always read back; this only guards the index */
+  int i = __builtin_ctz(ok), p = pmin + i;
+  uint64_t q = qs[i];
   if (q == pow10_u64[p]) { /* rounded up to the next power of ten */
     q = pow10_u64[p - 1];
-    xx++;
+    x++;
   }
-  return print_g(out, neg, q, p, xx);
+  return print_g(out, neg, q, p, x);
 }
 
 size_t tpu_fpconv_f32_format(float v, char *out) {
