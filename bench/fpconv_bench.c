@@ -65,7 +65,7 @@ typedef size_t (*run_fn)(const void *ctx, size_t lo, size_t hi, int legacy);
 
 static size_t run_f32(const void *ctx, size_t lo, size_t hi, int legacy) {
   const values_t *v = ctx;
-  char buf[40];
+  char buf[48];
   size_t total = 0;
   for (size_t i = lo; i < hi; i++)
     total += legacy ? fpconv_legacy_f32_format(buf, v->f32[i]) : tpu_fpconv_f32_format(v->f32[i], buf);
@@ -74,7 +74,7 @@ static size_t run_f32(const void *ctx, size_t lo, size_t hi, int legacy) {
 
 static size_t run_f64(const void *ctx, size_t lo, size_t hi, int legacy) {
   const values_t *v = ctx;
-  char buf[40];
+  char buf[48];
   size_t total = 0;
   for (size_t i = lo; i < hi; i++)
     total += legacy ? fpconv_legacy_f64_format(buf, v->f64[i]) : tpu_fpconv_f64_format(v->f64[i], buf);

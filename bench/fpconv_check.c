@@ -41,13 +41,13 @@ static void report(uint32_t u, const char *what, const char *text, const char *w
 static void check_one(uint32_t u, uint64_t i) {
   float v;
   memcpy(&v, &u, 4);
-  char text[TPU_FPCONV_F32_LEN + 8];
+  char text[TPU_FPCONV_LEN];
   size_t n = tpu_fpconv_f32_format(v, text);
   if ((u & 0x7f800000u) == 0x7f800000u) {
     if (n != 0) report(u, "NaN or infinity formatted", text, NULL);
     return;
   }
-  if (n == 0 || n >= TPU_FPCONV_F32_LEN || strlen(text) != n) {
+  if (n == 0 || n >= TPU_FPCONV_F32_MAX || strlen(text) != n) {
     report(u, "bad length", text, NULL);
     return;
   }

@@ -260,52 +260,95 @@ static inline uint64_t scaled(const uint64_t p[3], int sh, uint64_t M, int f, in
   return n;
 }
 
+/* scaled() for binary32: p = M * (T(s)'s high word), 0 < sh < 64, exact when T(s)'s low word is
+ * zero (0 <= s <= 27). */
+static inline uint64_t scaled64(u128 p, int sh, uint64_t M, int f, int s, int *sticky) {
+  uint64_t n = (uint64_t)(p >> sh), l = (uint64_t)p & ((UINT64_C(1) << sh) - 1);
+  int nz = l != 0;
+  if (s >= 0 && s <= 27) {
+    *sticky = nz;
+    return n;
+  }
+  if (product_is_integer(M, f, s)) {
+    *sticky = 0;
+    return n + (uint64_t)nz;
+  }
+  if ((l + M - 1) >> sh) return scaled_big(M, f, s, sticky); /* l < 2^63, M < 2^27 */
+  *sticky = 1;
+  return n;
+}
+
 static const char digit_pairs[201] = "00010203040506070809101112131415161718192021222324"
                                       "25262728293031323334353637383940414243444546474849"
                                       "50515253545556575859606162636465666768697071727374"
                                       "75767778798081828384858687888990919293949596979899";
 
+/* n < 10^8 as eight digit values 0..9, the first in the lowest byte: four lanes of the two
+ * 4-digit halves, then their hundreds and tens, each lane divided by a multiplication and a
+ * shift (5243 / 2^19 is exact division by 100 below 43699, 103 / 2^10 by 10 below 179). */
+static inline uint64_t digits8(uint32_t n) {
+  uint64_t v = (n / 10000) | ((uint64_t)(n % 10000) << 32);
+  uint64_t h = ((v * 5243) >> 19) & 0x0000007f0000007fu;
+  v = h | ((v - h * 100) << 16);
+  h = ((v * 103) >> 10) & 0x000f000f000f000fu;
+  return h | ((v - h * 10) << 8);
+}
+
+#define ASCII_ZEROS 0x3030303030303030u
+
 /* Writes d (exactly p digits, first digit's exponent x) as printf's "%.{p}g" would: trailing
- * zeros dropped, exponent notation when x < -4 or x >= p, exponent at least two digits. */
-static size_t print_g(char *out, int neg, uint64_t d, int p, int x) {
-  char dig[20];
-  int left = p;
-  while (left >= 2) { /* two digits per division */
-    uint64_t two = d % 100;
-    d /= 100;
-    left -= 2;
-    memcpy(dig + left, digit_pairs + 2 * two, 2);
+ * zeros dropped, exponent notation when x < -4 or x >= p, exponent at least two digits. The
+ * digits are made in registers (digits8) and stored in fixed 16-byte blocks, so stores run
+ * past the text's end (out has TPU_FPCONV_LEN bytes); narrow: p <= 9, else p <= 17. */
+static inline __attribute__((always_inline)) size_t print_g(char *out, int neg, uint64_t d, int p,
+                                                            int x, int narrow) {
+  uint64_t w1, w2 = 0, d0;
+  int nd;
+  if (narrow) { /* d * 10^(9-p): nine digits, d0 and w1, the added zeros dropped below */
+    uint64_t Q = d * pow10_u64[9 - p];
+    d0 = Q / 100000000;
+    w1 = digits8((uint32_t)(Q % 100000000));
+    nd = 9 - (w1 ? __builtin_clzll(w1) / 8 : 8);
+  } else { /* seventeen digits: d0, w1, w2 */
+    uint64_t Q = d * pow10_u64[17 - p], r = Q % 10000000000000000u;
+    d0 = Q / 10000000000000000u;
+    w1 = digits8((uint32_t)(r / 100000000));
+    w2 = digits8((uint32_t)(r % 100000000));
+    nd = 17 - (w2 ? __builtin_clzll(w2) / 8 : 8 + (w1 ? __builtin_clzll(w1) / 8 : 8));
   }
-  if (left) dig[0] = (char)('0' + d);
-  int nd = p;
-  while (nd > 1 && dig[nd - 1] == '0') nd--;
+  u128 V = ((u128)(w2 | ASCII_ZEROS) << 64) | (w1 | ASCII_ZEROS); /* the digits after d0 */
+  char c0 = (char)('0' + d0);
   char *o = out;
-  if (neg) *o++ = '-';
+  *o = '-';
+  o += neg;
   if (x < -4 || x >= p) {
-    *o++ = dig[0];
-    if (nd > 1) {
-      *o++ = '.';
-      memcpy(o, dig + 1, (size_t)nd - 1);
-      o += nd - 1;
-    }
-    *o++ = 'e';
+    o[0] = c0;
+    o[1] = '.';
+    memcpy(o + 2, &V, 16);
+    o += nd > 1 ? nd + 1 : 1;
     int ax = x < 0 ? -x : x;
-    *o++ = x < 0 ? '-' : '+';
+    o[0] = 'e';
+    o[1] = x < 0 ? '-' : '+';
+    o += 2;
     if (ax >= 100) *o++ = (char)('0' + ax / 100);
-    *o++ = (char)('0' + ax / 10 % 10);
-    *o++ = (char)('0' + ax % 10);
-  } else if (x >= 0) {
-    for (int i = 0; i <= x; i++) *o++ = i < nd ? dig[i] : '0';
-    if (nd > x + 1) {
-      *o++ = '.';
-      memcpy(o, dig + x + 1, (size_t)(nd - x - 1));
-      o += nd - x - 1;
+    memcpy(o, digit_pairs + 2 * (ax % 100), 2);
+    o += 2;
+  } else if (x >= 0) { /* x + 1 <= p integer digits, zeros past nd */
+    o[0] = c0;
+    memcpy(o + 1, &V, 16);
+    if (nd > x + 1) { /* then x <= 15: the fraction is V from its byte x */
+      o[x + 1] = '.';
+      u128 frac = V >> (8 * x);
+      memcpy(o + x + 2, &frac, 16);
+      o += nd + 1;
+    } else {
+      o += x + 1;
     }
   } else {
-    *o++ = '0';
-    *o++ = '.';
-    for (int i = 0; i < -x - 1; i++) *o++ = '0';
-    memcpy(o, dig, (size_t)nd);
+    memcpy(o, "0.000", 5); /* "0." and -x - 1 <= 3 zeros */
+    o += 1 - x;
+    o[0] = c0;
+    memcpy(o + 1, &V, 16);
     o += nd;
   }
   *o = 0;
@@ -315,10 +358,10 @@ static size_t print_g(char *out, int neg, uint64_t d, int p, int x) {
 /*
  * v = m * 2^e (m > 0). asym: v is a power of two above the smallest normal, so its lower
  * neighbour is half as far as its upper one. D: the digits v * 10^s is scaled to (or D + 1);
- * pmin..pmax: the precisions tried, pmax < D.
+ * pmin..pmax: the precisions tried, pmax < D. narrow: m < 2^24 (binary32), 64-bit products do.
  */
 static inline __attribute__((always_inline)) size_t
-format_dec(uint64_t m, int e, int asym, int neg, int D, int pmin, int pmax, char *out) {
+format_dec(uint64_t m, int e, int asym, int neg, int narrow, int D, int pmin, int pmax, char *out) {
   int even = (m & 1) == 0;
   /* 4v and its midpoints to the neighbours, as integers times 2^f. */
   uint64_t M0 = 4 * m, Mlo = 4 * m - (asym ? 1 : 2), Mhi = 4 * m + 2;
@@ -326,28 +369,40 @@ format_dec(uint64_t m, int e, int asym, int neg, int D, int pmin, int pmax, char
   int b = e + 63 - __builtin_clzll(m); /* 2^b <= v < 2^(b+1) */
   int s = D - 1 - floor_log10_pow2(b); /* so that 10^(D-1) <= v * 10^s < 10^(D+1) */
   int sh = 127 - floor_log2_pow5(s) - s - f;
-  /* The three products with T(s): one multiplication, then T(s) added or taken away. */
   const uint64_t *t = tpu__fpconv_pow5[s - TPU__FPCONV_POW5_MIN];
-  uint64_t p0[3], plo[3], phi[3];
-  mul_pow5(M0, s, p0);
-  u128 t2 = ((u128)t[0] << 64 | t[1]) << (asym ? 0 : 1); /* T or 2T (2T's top bit in t2c) */
-  uint64_t t2c = asym ? 0 : t[0] >> 63, t2l = (uint64_t)t2, t2h = (uint64_t)(t2 >> 64);
-  u128 tt = ((u128)t[0] << 64 | t[1]) << 1;
-  uint64_t ttc = t[0] >> 63, ttl = (uint64_t)tt, tth = (uint64_t)(tt >> 64);
-  u128 acc = (u128)p0[0] + ttl;
-  phi[0] = (uint64_t)acc;
-  acc = (u128)p0[1] + tth + (uint64_t)(acc >> 64);
-  phi[1] = (uint64_t)acc;
-  phi[2] = p0[2] + ttc + (uint64_t)(acc >> 64);
-  uint64_t br = p0[0] < t2l;
-  plo[0] = p0[0] - t2l;
-  u128 sub = (u128)t2h + br;
-  plo[1] = p0[1] - (uint64_t)sub;
-  br = (u128)p0[1] < sub;
-  plo[2] = p0[2] - t2c - br;
   int st0, stlo, sthi;
-  uint64_t N0 = scaled(p0, sh, M0, f, s, &st0), Nlo = scaled(plo, sh, Mlo, f, s, &stlo);
-  uint64_t Nhi = scaled(phi, sh, Mhi, f, s, &sthi);
+  uint64_t N0, Nlo, Nhi;
+  if (narrow) {
+    /* binary32: T's high word alone, short by less than one of its units, like T itself; the
+     * products fit in 128 bits, and the shift drops below 64. */
+    u128 p0 = (u128)M0 * t[0], th = t[0];
+    u128 plo = p0 - (asym ? th : 2 * th), phi = p0 + 2 * th;
+    N0 = scaled64(p0, sh - 64, M0, f, s, &st0);
+    Nlo = scaled64(plo, sh - 64, Mlo, f, s, &stlo);
+    Nhi = scaled64(phi, sh - 64, Mhi, f, s, &sthi);
+  } else {
+    /* The three products with T(s): one multiplication, then T(s) added or taken away. */
+    uint64_t p0[3], plo[3], phi[3];
+    mul_pow5(M0, s, p0);
+    u128 t2 = ((u128)t[0] << 64 | t[1]) << (asym ? 0 : 1); /* T or 2T (2T's top bit in t2c) */
+    uint64_t t2c = asym ? 0 : t[0] >> 63, t2l = (uint64_t)t2, t2h = (uint64_t)(t2 >> 64);
+    u128 tt = ((u128)t[0] << 64 | t[1]) << 1;
+    uint64_t ttc = t[0] >> 63, ttl = (uint64_t)tt, tth = (uint64_t)(tt >> 64);
+    u128 acc = (u128)p0[0] + ttl;
+    phi[0] = (uint64_t)acc;
+    acc = (u128)p0[1] + tth + (uint64_t)(acc >> 64);
+    phi[1] = (uint64_t)acc;
+    phi[2] = p0[2] + ttc + (uint64_t)(acc >> 64);
+    uint64_t br = p0[0] < t2l;
+    plo[0] = p0[0] - t2l;
+    u128 sub = (u128)t2h + br;
+    plo[1] = p0[1] - (uint64_t)sub;
+    br = (u128)p0[1] < sub;
+    plo[2] = p0[2] - t2c - br;
+    N0 = scaled(p0, sh, M0, f, s, &st0);
+    Nlo = scaled(plo, sh, Mlo, f, s, &stlo);
+    Nhi = scaled(phi, sh, Mhi, f, s, &sthi);
+  }
   /* Scale to exactly D + 1 digits: times 10 keeps every comparison below exact (an integer C
    * is above t exactly when above floor(t), equal exactly when equal and t has no fraction),
    * and the rounding below looks at k >= 2 digits, whose half is a multiple of 10. */
@@ -382,7 +437,7 @@ format_dec(uint64_t m, int e, int asym, int neg, int D, int pmin, int pmax, char
     q = pow10_u64[p - 1];
     x++;
   }
-  return print_g(out, neg, q, p, x);
+  return print_g(out, neg, q, p, x, narrow);
 }
 
 size_t tpu_fpconv_f32_format(float v, char *out) {
@@ -400,7 +455,7 @@ size_t tpu_fpconv_f32_format(float v, char *out) {
   }
   uint64_t m = ef ? mf | 0x800000u : mf;
   int e = ef ? (int)ef - 150 : -149;
-  return format_dec(m, e, mf == 0 && ef > 1, neg, 10, 6, 9, out);
+  return format_dec(m, e, mf == 0 && ef > 1, neg, 1, 10, 6, 9, out);
 }
 
 size_t tpu_fpconv_f64_format(double v, char *out) {
@@ -418,7 +473,7 @@ size_t tpu_fpconv_f64_format(double v, char *out) {
   }
   uint64_t m = ef ? mf | (UINT64_C(1) << 52) : mf;
   int e = ef ? ef - 1075 : -1074;
-  return format_dec(m, e, mf == 0 && ef > 1, neg, 18, 15, 17, out);
+  return format_dec(m, e, mf == 0 && ef > 1, neg, 0, 18, 15, 17, out);
 }
 
 /* ---- parsing ---- */

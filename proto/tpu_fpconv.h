@@ -15,18 +15,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Bytes a formatted value may need, NUL included: "-1.23456789e-38", "-2.2250738585072014e-308". */
-#define TPU_FPCONV_F32_LEN 16
-#define TPU_FPCONV_F64_LEN 25
+/* The longest texts, NUL included: "-1.23456789e-38", "-2.2250738585072014e-308". */
+#define TPU_FPCONV_F32_MAX 16
+#define TPU_FPCONV_F64_MAX 25
+/* The buffer the format functions need: they copy fixed-size blocks past the text's end. */
+#define TPU_FPCONV_LEN 48
 
 /*
  * Writes v as the shortest "%.{6..9}g" text that reads back (round to nearest even) as v, NUL
- * terminated, into out (TPU_FPCONV_F32_LEN bytes), and returns its length. NaN and infinities,
+ * terminated, into out (TPU_FPCONV_LEN bytes), and returns its length. NaN and infinities,
  * which JSON has no text for, write nothing and return 0.
  */
 size_t tpu_fpconv_f32_format(float v, char *out);
 
-/* The same for binary64 with "%.{15..17}g"; out holds TPU_FPCONV_F64_LEN bytes. */
+/* The same for binary64 with "%.{15..17}g". */
 size_t tpu_fpconv_f64_format(double v, char *out);
 
 /*

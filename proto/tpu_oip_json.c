@@ -195,7 +195,7 @@ static void sb_json_string(tpu_buf_t *b, const char *s, size_t n) {
  * when v is NaN or infinite, which JSON has no text for (RFC 8259 section 6): the caller fails,
  * rather than write null or a token that is not JSON. */
 static int sb_float(tpu_buf_t *b, float v) {
-  char tmp[TPU_FPCONV_F32_LEN];
+  char tmp[TPU_FPCONV_LEN];
   size_t n = tpu_fpconv_f32_format(v, tmp);
   if (n == 0) return -1;
   tpu_buf_add(b, tmp, n);
@@ -204,7 +204,7 @@ static int sb_float(tpu_buf_t *b, float v) {
 
 /* The same for a double, shortest "%.{15..17}g". */
 static int sb_double(tpu_buf_t *b, double v) {
-  char tmp[TPU_FPCONV_F64_LEN];
+  char tmp[TPU_FPCONV_LEN];
   size_t n = tpu_fpconv_f64_format(v, tmp);
   if (n == 0) return -1;
   tpu_buf_add(b, tmp, n);
