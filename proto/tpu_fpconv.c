@@ -587,15 +587,28 @@ int tpu_fpconv_f32_from_decimal(uint64_t w, int e10, int neg, float *out) {
   return 1;
 }
 
-/* The JSON number at s[0..n): its first 19 significant digits w, the exponent e10 of w's last
- * digit, the sign, and whether a nonzero digit was left out. Returns its length, or 0. */
-static size_t scan_number(const char *s, size_t n, uint64_t *w, int *e10, int *neg, int *trunc) {
+/* Whether the 8 bytes of c are all ASCII digits: each byte's high nibble 3, and adding 6
+ * leaves it 3 (a low nibble above 9 would carry). */
+static inline int all_digits8(uint64_t c) {
+  return ((c & 0xf0f0f0f0f0f0f0f0u) | ((c + 0x0606060606060606u) & 0xf0f0f0f0f0f0f0f0u) >> 4) ==
+         0x3333333333333333u;
+}
+
+/* The value of 8 ASCII digits (the first in the lowest byte): digit pairs, then quads, then
+ * the two halves, each step one multiplication over all lanes at once. */
+static inline uint32_t value8(uint64_t c) {
+  c -= 0x3030303030303030u;
+  c = (c * 10 + (c >> 8)) & 0x00ff00ff00ff00ffu;     /* 16-bit lanes: two digits */
+  c = (c * 100 + (c >> 16)) & 0x0000ffff0000ffffu;   /* 32-bit lanes: four digits */
+  return (uint32_t)((c & 0xffffffffu) * 10000 + (c >> 32));
+}
+
+size_t tpu_fpconv_scan(const char *s, size_t n, tpu_fpconv_num_t *num) {
   size_t i = 0;
   uint64_t m = 0;
-  int nd = 0, x = 0, lost = 0;
-  *neg = 0;
+  int nd = 0, total = 0, x = 0, lost = 0, integer = 1, neg = 0;
   if (i < n && s[i] == '-') {
-    *neg = 1;
+    neg = 1;
     i++;
   }
   if (i >= n || s[i] < '0' || s[i] > '9') return 0;
@@ -610,24 +623,36 @@ static size_t scan_number(const char *s, size_t n, uint64_t *w, int *e10, int *n
         lost |= s[i] != '0';
         x++;
       }
+      total++;
     }
   }
   if (i < n && s[i] == '.') {
+    integer = 0;
     i++;
     if (i >= n || s[i] < '0' || s[i] > '9') return 0;
+    if (nd == 0)
+      for (; i < n && s[i] == '0'; i++) x--; /* leading zeros only scale */
+    uint64_t c;
+    while (nd <= 11 && n - i >= 8 && (memcpy(&c, s + i, 8), all_digits8(c))) {
+      m = m * 100000000 + value8(c);
+      nd += 8;
+      total += 8;
+      x -= 8;
+      i += 8;
+    }
     for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
-      if (nd == 0 && s[i] == '0') {
-        x--;
-      } else if (nd < 19) {
+      if (nd < 19) {
         m = m * 10 + (uint64_t)(s[i] - '0');
         nd++;
         x--;
       } else {
         lost |= s[i] != '0';
       }
+      total++;
     }
   }
   if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+    integer = 0;
     size_t j = i + 1;
     int eneg = 0;
     if (j < n && (s[j] == '+' || s[j] == '-')) eneg = s[j++] == '-';
@@ -638,9 +663,13 @@ static size_t scan_number(const char *s, size_t n, uint64_t *w, int *e10, int *n
     x += eneg ? -ex : ex;
     i = j;
   }
-  *w = m;
-  *e10 = x;
-  *trunc = lost;
+  num->w = m;
+  num->e10 = x;
+  num->neg = neg;
+  num->digits = total;
+  num->lost = lost;
+  num->integer = integer;
+  num->len = i;
   return i;
 }
 
@@ -658,30 +687,36 @@ static int slow_parse(const char *s, size_t n, int wide, double *d, float *f) {
   return 1;
 }
 
-size_t tpu_fpconv_f64_parse(const char *s, size_t n, double *out) {
-  uint64_t w;
-  int e10, neg, trunc;
-  size_t len = scan_number(s, n, &w, &e10, &neg, &trunc);
-  if (!len) return 0;
+int tpu_fpconv_num_f64(const tpu_fpconv_num_t *num, const char *s, double *out) {
   double a, b;
-  if (tpu_fpconv_f64_from_decimal(w, e10, neg, &a) &&
-      (!trunc || (tpu_fpconv_f64_from_decimal(w + 1, e10, neg, &b) && memcmp(&a, &b, 8) == 0))) {
+  if (tpu_fpconv_f64_from_decimal(num->w, num->e10, num->neg, &a) &&
+      (!num->lost ||
+       (tpu_fpconv_f64_from_decimal(num->w + 1, num->e10, num->neg, &b) && memcmp(&a, &b, 8) == 0))) {
     *out = a; /* the true value lies in [w, w + 1) * 10^e10, both ends round alike */
-    return len;
+    return 1;
   }
-  return slow_parse(s, len, 1, out, NULL) ? len : 0;
+  return slow_parse(s, num->len, 1, out, NULL);
+}
+
+int tpu_fpconv_num_f32(const tpu_fpconv_num_t *num, const char *s, float *out) {
+  float a, b;
+  if (tpu_fpconv_f32_from_decimal(num->w, num->e10, num->neg, &a) &&
+      (!num->lost ||
+       (tpu_fpconv_f32_from_decimal(num->w + 1, num->e10, num->neg, &b) && memcmp(&a, &b, 4) == 0))) {
+    *out = a;
+    return 1;
+  }
+  return slow_parse(s, num->len, 0, NULL, out);
+}
+
+size_t tpu_fpconv_f64_parse(const char *s, size_t n, double *out) {
+  tpu_fpconv_num_t num;
+  if (!tpu_fpconv_scan(s, n, &num)) return 0;
+  return tpu_fpconv_num_f64(&num, s, out) ? num.len : 0;
 }
 
 size_t tpu_fpconv_f32_parse(const char *s, size_t n, float *out) {
-  uint64_t w;
-  int e10, neg, trunc;
-  size_t len = scan_number(s, n, &w, &e10, &neg, &trunc);
-  if (!len) return 0;
-  float a, b;
-  if (tpu_fpconv_f32_from_decimal(w, e10, neg, &a) &&
-      (!trunc || (tpu_fpconv_f32_from_decimal(w + 1, e10, neg, &b) && memcmp(&a, &b, 4) == 0))) {
-    *out = a;
-    return len;
-  }
-  return slow_parse(s, len, 0, NULL, out) ? len : 0;
+  tpu_fpconv_num_t num;
+  if (!tpu_fpconv_scan(s, n, &num)) return 0;
+  return tpu_fpconv_num_f32(&num, s, out) ? num.len : 0;
 }

@@ -42,13 +42,35 @@ int tpu_fpconv_f64_from_decimal(uint64_t w, int e10, int neg, double *out);
 /* The same for binary32 (correctly rounded directly, not through a double). */
 int tpu_fpconv_f32_from_decimal(uint64_t w, int e10, int neg, float *out);
 
+/* One JSON number token, scanned (tpu_fpconv_scan). */
+typedef struct {
+  uint64_t w;  /* its first 19 significant digits, as an integer */
+  int e10;     /* the value is w * 10^e10 (when lost is 0) */
+  int neg;     /* a leading '-' */
+  int digits;  /* significant digits in the token (leading zeros of a fraction not counted) */
+  int lost;    /* a nonzero digit after the first 19: the value lies in (w, w + 1) * 10^e10 */
+  int integer; /* no fraction and no exponent */
+  size_t len;  /* bytes of the token */
+} tpu_fpconv_num_t;
+
 /*
- * Parses one JSON number (RFC 8259: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?) at the start
- * of s[0..n), correctly rounded, into *out; returns the bytes it took, or 0 (and *out untouched)
- * when s does not start with one. Out-of-range values give infinity or zero, as strtod does;
- * the caller decides whether those are errors. Hard cases (long digit strings on a rounding
- * boundary) are settled by the C library's strtod/strtof on a copy of the token.
+ * Scans one JSON number (RFC 8259: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?) at the start
+ * of s[0..n) into *num; returns its length, or 0 when s does not start with one. Exponents are
+ * read up to 100000, beyond which every value is zero or infinite anyway.
  */
+size_t tpu_fpconv_scan(const char *s, size_t n, tpu_fpconv_num_t *num);
+
+/*
+ * The scanned number s (num from tpu_fpconv_scan(s, ...)) correctly rounded into *out. 1, or
+ * 0 only when a copy for the C library's strtod/strtof, which settles the rare hard cases
+ * (long digit strings on a rounding boundary), could not be allocated. Out-of-range values give
+ * infinity or zero, as strtod does; the caller decides whether those are errors.
+ */
+int tpu_fpconv_num_f64(const tpu_fpconv_num_t *num, const char *s, double *out);
+int tpu_fpconv_num_f32(const tpu_fpconv_num_t *num, const char *s, float *out);
+
+/* tpu_fpconv_scan and tpu_fpconv_num_f64/f32 in one: the token's length, or 0 (*out untouched)
+ * when s does not start with a number. */
 size_t tpu_fpconv_f64_parse(const char *s, size_t n, double *out);
 size_t tpu_fpconv_f32_parse(const char *s, size_t n, float *out);
 

@@ -759,9 +759,8 @@ fail:
  * numbers jansson would refuse (integers beyond int64, reals that overflow), and every error.
  *
  * Numbers are converted exactly as the jansson path does (strtod, or strtoll for integer tokens,
- * then a cast to float): a token of at most 19 significant digits is converted, correctly
- * rounded as strtod does, by tpu_fpconv_f64_from_decimal (Clinger's fast path or one 64x128-bit
- * product); longer tokens and the rare near-ties it leaves go through strtod itself.
+ * then a cast to float): tpu_fpconv scans the token and rounds it correctly, as strtod does
+ * (Clinger's fast path or one 64x128-bit product; strtod itself for the rare hard cases).
  */
 typedef struct {
   const char *p, *end;
@@ -827,77 +826,21 @@ static char *fp_strdup(const char *s, size_t n) {
  */
 static int fp_number(fp_t *f, int *is_int, int64_t *iv, double *dv) {
   fp_ws(f);
-  const char *s = f->p, *q = s, *e = f->end;
-  int neg = 0;
-  if (q < e && *q == '-') {
-    neg = 1;
-    q++;
-  }
-  if (q >= e || *q < '0' || *q > '9') return 0;
-  uint64_t m = 0;
-  int nd = 0, dropped = 0, exp10 = 0; /* significant digits kept, digits past 19 */
-  if (*q == '0') {
-    q++;
-  } else {
-    for (; q < e && *q >= '0' && *q <= '9'; q++) {
-      if (nd < 19) {
-        m = m * 10 + (uint64_t)(*q - '0');
-        nd++;
-      } else {
-        dropped++;
-      }
-    }
-  }
-  int integer = 1;
-  if (q < e && *q == '.') {
-    integer = 0;
-    q++;
-    if (q >= e || *q < '0' || *q > '9') return 0;
-    for (; q < e && *q >= '0' && *q <= '9'; q++) {
-      if (nd == 0 && *q == '0') {
-        exp10--; /* leading zeros of a fraction only scale */
-      } else if (nd < 19) {
-        m = m * 10 + (uint64_t)(*q - '0');
-        nd++;
-        exp10--;
-      } else {
-        dropped++; /* a long fraction: strtod below decides */
-      }
-    }
-  }
-  if (q < e && (*q == 'e' || *q == 'E')) {
-    integer = 0;
-    q++;
-    int eneg = 0;
-    if (q < e && (*q == '+' || *q == '-')) eneg = *q++ == '-';
-    if (q >= e || *q < '0' || *q > '9') return 0;
-    int x = 0;
-    for (; q < e && *q >= '0' && *q <= '9'; q++)
-      if (x < 100000) x = x * 10 + (*q - '0');
-    exp10 += eneg ? -x : x;
-  }
-  f->p = q;
-  *is_int = integer;
-  if (integer) { /* strtoll: at most 19 digits and within int64 */
-    if (dropped || (neg ? m > (uint64_t)INT64_MAX + 1 : m > (uint64_t)INT64_MAX)) return 0;
-    *iv = neg ? (int64_t)(0 - m) : (int64_t)m;
+  tpu_fpconv_num_t num;
+  if (!tpu_fpconv_scan(f->p, (size_t)(f->end - f->p), &num)) return 0;
+  const char *s = f->p;
+  f->p += num.len;
+  *is_int = num.integer;
+  if (num.integer) { /* strtoll: at most 19 digits and within int64 */
+    uint64_t m = num.w;
+    if (num.digits > 19 || (num.neg ? m > (uint64_t)INT64_MAX + 1 : m > (uint64_t)INT64_MAX))
+      return 0;
+    *iv = num.neg ? (int64_t)(0 - m) : (int64_t)m;
     return 1;
   }
-  if (!dropped) { /* correctly rounded, as strtod (tpu_fpconv.h), unless a rare near-tie */
-    double d;
-    if (tpu_fpconv_f64_from_decimal(m, exp10, neg, &d)) {
-      if (isinf(d)) return 0; /* jansson: "real number overflow" */
-      *dv = d;
-      return 1;
-    }
-  }
-  char tmp[128];
-  size_t len = (size_t)(q - s);
-  if (len >= sizeof tmp) return 0;
-  memcpy(tmp, s, len);
-  tmp[len] = '\0';
-  double d = strtod(tmp, NULL);
-  if (isinf(d)) return 0; /* jansson: "real number overflow" */
+  double d;
+  if (!tpu_fpconv_num_f64(&num, s, &d)) return 0; /* no memory for a long token's copy */
+  if (isinf(d)) return 0;                          /* jansson: "real number overflow" */
   *dv = d;
   return 1;
 }
