@@ -11,8 +11,8 @@
  * Clinger's path or strtod), from two token sets: the shortest texts tpud itself writes for
  * the activations, and the 17-digit "%.17g" texts of the same values widened to double (what a
  * client that prints float32 data as doubles sends, e.g. Python's json of numpy.float32
- * .tolist()). Each chunk of 2048 values is timed 7 times and its fastest run kept. Prints one line per case: old ns, new ns,
- * ratio. Not a test: no thresholds.
+ * .tolist()). Each chunk of 2048 values is timed 7 times and its fastest run kept. Prints
+ * one line per case: old ns, new ns, ratio. Not a test: no thresholds.
  *
  * Usage: fpconv_bench [values]   (default 1000000)
  */
@@ -68,7 +68,8 @@ static size_t run_f32(const void *ctx, size_t lo, size_t hi, int legacy) {
   char buf[48];
   size_t total = 0;
   for (size_t i = lo; i < hi; i++)
-    total += legacy ? fpconv_legacy_f32_format(buf, v->f32[i]) : tpu_fpconv_f32_format(v->f32[i], buf);
+    total += legacy ? fpconv_legacy_f32_format(buf, v->f32[i])
+                    : tpu_fpconv_f32_format(v->f32[i], buf);
   return total;
 }
 
@@ -77,7 +78,8 @@ static size_t run_f64(const void *ctx, size_t lo, size_t hi, int legacy) {
   char buf[48];
   size_t total = 0;
   for (size_t i = lo; i < hi; i++)
-    total += legacy ? fpconv_legacy_f64_format(buf, v->f64[i]) : tpu_fpconv_f64_format(v->f64[i], buf);
+    total += legacy ? fpconv_legacy_f64_format(buf, v->f64[i])
+                    : tpu_fpconv_f64_format(v->f64[i], buf);
   return total;
 }
 
@@ -165,7 +167,8 @@ int main(int argc, char **argv) {
   tokens_t shortest, long17;
   tokens_build(&shortest, act.f32, n, 0);
   tokens_build(&long17, act.f32, n, 1);
-  printf("fpconv_bench: %zu values per case, fastest of %d runs per chunk of %d, one thread\n", n, REPS, CHUNK);
+  printf("fpconv_bench: %zu values per case, fastest of %d runs per chunk of %d, one thread\n", n,
+         REPS, CHUNK);
   line("format binary32, activations", time_case(run_f32, &act, n, 1),
        time_case(run_f32, &act, n, 0));
   line("format binary32, all bit patterns", time_case(run_f32, &u32, n, 1),

@@ -59,7 +59,8 @@ static void check_one(uint32_t u, uint64_t i) {
     report(u, "binary64 parse refused", text, NULL);
   } else {
     float f = (float)d;
-    if (memcmp(&f, &v, 4) != 0) report(u, "binary64 parse and cast do not give it back", text, NULL);
+    if (memcmp(&f, &v, 4) != 0)
+      report(u, "binary64 parse and cast do not give it back", text, NULL);
   }
   if (legacy_every && i % legacy_every == 0) {
     char old[40];

@@ -17,12 +17,14 @@
  * "1.4013e-45", not "1e-45"); it is what the JSON answers have always said, byte for byte.
  * The work is three scaled values, floor(X * 10^s) with X = v and its two midpoints, s chosen
  * so that v * 10^s has D = 10 (binary32) or 18 (binary64) digits or one more, each with a
- * "sticky" flag (whether the product had a fraction). One 64x128-bit multiplication by the
- * table entry gives the floor unless the truncated bits of the table could carry into it
+ * "sticky" flag (whether the product had a fraction). One multiplication of 4v's integer by the
+ * table entry (its high word alone for binary32), and the entry added or taken away for the
+ * midpoints, give the floors unless the truncated bits of the table could carry into them
  * (the exact product lies in [P, P + X) in units of the last bit): then, practically never,
  * an exact big-integer computation decides. Whether a product is an integer comes from
- * divisibility (powers of 2 and 5 in X), not from the approximation. Rounding to P digits and
- * comparing with the midpoints are then integer operations on those three numbers.
+ * divisibility (powers of 2 and 5 in X), not from the approximation. Rounding to each P and
+ * comparing with the midpoints are then integer operations on those three numbers, done for
+ * every P at once; the digits are made eight at a time in a register and stored in blocks.
  *
  * Parsing. w * 10^q (w the first 19 significant digits): Clinger's fast path when w and 10^|q|
  * are exact doubles (floats); otherwise the 64x128 product of the normalized w with the table
@@ -690,8 +692,8 @@ static int slow_parse(const char *s, size_t n, int wide, double *d, float *f) {
 int tpu_fpconv_num_f64(const tpu_fpconv_num_t *num, const char *s, double *out) {
   double a, b;
   if (tpu_fpconv_f64_from_decimal(num->w, num->e10, num->neg, &a) &&
-      (!num->lost ||
-       (tpu_fpconv_f64_from_decimal(num->w + 1, num->e10, num->neg, &b) && memcmp(&a, &b, 8) == 0))) {
+      (!num->lost || (tpu_fpconv_f64_from_decimal(num->w + 1, num->e10, num->neg, &b) &&
+                      memcmp(&a, &b, 8) == 0))) {
     *out = a; /* the true value lies in [w, w + 1) * 10^e10, both ends round alike */
     return 1;
   }
@@ -701,8 +703,8 @@ int tpu_fpconv_num_f64(const tpu_fpconv_num_t *num, const char *s, double *out) 
 int tpu_fpconv_num_f32(const tpu_fpconv_num_t *num, const char *s, float *out) {
   float a, b;
   if (tpu_fpconv_f32_from_decimal(num->w, num->e10, num->neg, &a) &&
-      (!num->lost ||
-       (tpu_fpconv_f32_from_decimal(num->w + 1, num->e10, num->neg, &b) && memcmp(&a, &b, 4) == 0))) {
+      (!num->lost || (tpu_fpconv_f32_from_decimal(num->w + 1, num->e10, num->neg, &b) &&
+                      memcmp(&a, &b, 4) == 0))) {
     *out = a;
     return 1;
   }
