@@ -480,6 +480,35 @@ size_t tpu_fpconv_f64_format(double v, char *out) {
 
 /* ---- parsing ---- */
 
+/* The bits (sign clear) of mant * 2^u, mant < 2^(prec+1) already rounded, u >= qmin, in the
+ * format of dec_to_bits. */
+static inline uint64_t encode(uint64_t mant, int u, int prec, int bias, int fmax) {
+  if (mant >> prec) { /* rounded up to 2^prec */
+    mant >>= 1;
+    u++;
+  }
+  uint64_t hidden = UINT64_C(1) << (prec - 1);
+  if (mant < hidden) return mant; /* subnormal or zero (then u == qmin) */
+  int field = u + prec - 1 + bias;
+  if (field >= fmax) return (uint64_t)fmax << (prec - 1);
+  return ((uint64_t)field << (prec - 1)) | (mant & (hidden - 1));
+}
+
+/* w * 2^e2 (w > 0) rounded to nearest even, exactly, in the format of dec_to_bits. */
+static uint64_t int_to_bits(uint64_t w, int e2, int prec, int qmin, int bias, int fmax) {
+  int E = 63 - __builtin_clzll(w) + e2;
+  int u = E - prec + 1;
+  if (u < qmin) u = qmin;
+  int drop = u - e2; /* low bits of w below the result's last bit */
+  if (drop <= 0) return encode(w << -drop, u, prec, bias, fmax); /* exact; E <= emax here */
+  if (drop > 64) return 0;                                        /* below half the last bit */
+  uint64_t mant = drop == 64 ? 0 : w >> drop;
+  uint64_t rem = drop == 64 ? w : w & ((UINT64_C(1) << drop) - 1);
+  uint64_t half = UINT64_C(1) << (drop - 1);
+  if (rem > half || (rem == half && (mant & 1))) mant++;
+  return encode(mant, u, prec, bias, fmax);
+}
+
 /*
  * w * 10^q (w > 0, q in the table's range) rounded to nearest even in the binary format with
  * prec significant bits, ulp exponent at least qmin, biased exponent field below fmax (all ones
@@ -509,26 +538,20 @@ static int dec_to_bits(uint64_t w, int q, int prec, int qmin, int bias, int fmax
   uint64_t F = shr192(p, k - 1, wn - 1, &nz, &carry); /* the mantissa and the rounding bit */
   int sticky = nz;
   if (q < 0 || q > 55) { /* T(q) truncated: V > P */
-    if (carry) return 0;   /* V may pass the next multiple of 2^(k-1) (or 2^191) */
+    if (carry) {         /* V may pass the next multiple of 2^(k-1) (or 2^191) */
+      /* Mostly exact binary values, 0.44921875 or 0.5 with 19 digits: w * 10^q is then the
+       * integer w / 5^-q times 2^q. Otherwise a true near-tie: the caller's slow path. */
+      if (q >= -27 && q < 0 && w % pow5_u64[-q] == 0) {
+        *bits = int_to_bits(w / pow5_u64[-q], q, prec, qmin, bias, fmax);
+        return 1;
+      }
+      return 0;
+    }
     sticky = 1;
   }
   uint64_t mant = F >> 1;
   if ((F & 1) && (sticky || (mant & 1))) mant++;
-  if (mant >> prec) { /* rounded up to 2^prec */
-    mant >>= 1;
-    u++;
-  }
-  uint64_t hidden = UINT64_C(1) << (prec - 1);
-  if (mant < hidden) { /* subnormal or zero */
-    *bits = mant;
-    return 1;
-  }
-  int field = u + prec - 1 + bias;
-  if (field >= fmax) {
-    *bits = (uint64_t)fmax << (prec - 1);
-    return 1;
-  }
-  *bits = ((uint64_t)field << (prec - 1)) | (mant & (hidden - 1));
+  *bits = encode(mant, u, prec, bias, fmax);
   return 1;
 }
 

@@ -242,6 +242,10 @@ static void test_parse_edges(void) {
       "0.1000000000000000055511151231257827021181583404541015626",
       "0.00000000000000000000000000000000000000000000000000000001", "5E-1", "5e+1", "1E+22",
       "1e23", "8.98846567431158e307", "4.35e-10", "0.012345678", "-6.0221409e23",
+      /* exact binary values the 64x128-bit product cannot settle: w / 5^-q times 2^q */
+      "0.44921875", "0.77734375", "1158124731206254.5", "9.5367431640625e-07",
+      "0.000000059604644775390625", "2.98023223876953125e-08", "16777217.0", "16777219.00",
+      "9007199254740993.0", "-4503599627370497.5", "1.40129846432481707e-45",
   };
   int bad = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) bad += !parse_matches(cases[i]);
@@ -334,6 +338,11 @@ static void test_parse_random(void) {
     const char *t = s + (s[0] == '-');
     if (t[0] == '0' && t[1] >= '0' && t[1] <= '9') continue;
     bad += !parse_matches(s);
+    /* An exact dyadic value m * 2^-k, all its digits, and its neighbours' halfway points. */
+    uint64_t m = tpu_test_rand() >> (int)tpu_test_rand_range(12, 63); /* 2m + 1 < 2^53 */
+    int k = (int)tpu_test_rand_range(0, 60);
+    snprintf(s, sizeof s, "%.40g", (double)(2 * m + 1) * pow(2, -k - 1));
+    if (!strchr(s, 'e') || strstr(s, "e-")) bad += !parse_matches(s);
   }
   TPU_ASSERT_SEED(bad == 0);
 }
