@@ -280,21 +280,37 @@ static inline uint64_t scaled64(u128 p, int sh, uint64_t M, int f, int s, int *s
   return n;
 }
 
+
 static const char digit_pairs[201] = "00010203040506070809101112131415161718192021222324"
                                       "25262728293031323334353637383940414243444546474849"
                                       "50515253545556575859606162636465666768697071727374"
                                       "75767778798081828384858687888990919293949596979899";
 
-/* n < 10^8 as eight digit values 0..9, the first in the lowest byte: four lanes of the two
- * 4-digit halves, then their hundreds and tens, each lane divided by a multiplication and a
- * shift (5243 / 2^19 is exact division by 100 below 43699, 103 / 2^10 by 10 below 179). */
-static inline uint64_t digits8(uint32_t n) {
-  uint64_t v = (n / 10000) | ((uint64_t)(n % 10000) << 32);
-  uint64_t h = ((v * 5243) >> 19) & 0x0000007f0000007fu;
-  v = h | ((v - h * 100) << 16);
-  h = ((v * 103) >> 10) & 0x000f000f000f000fu;
-  return h | ((v - h * 10) << 8);
+/* The ASCII digit pair of v < 100, the tens in the low byte. */
+static inline uint64_t pair_ascii(uint64_t v) {
+  uint16_t two;
+  memcpy(&two, digit_pairs + 2 * v, 2);
+  return two;
 }
+
+/* n < 10^8 as eight ASCII digits, the first in the lowest byte. n * ceil(2^52 / 10^6) is n / 10^6
+ * in 52-bit fixed point, short of exact by less than 10^-8 of a unit of n's last digit, never
+ * over: its integer part is the first pair, and each multiplication of the fraction by 100
+ * brings up the next (checked for every n by tests/proto/test_fpconv.c). The four products
+ * form one short chain; the table lookups run beside it. */
+static inline uint64_t digits8(uint32_t n) {
+  const uint64_t frac = (UINT64_C(1) << 52) - 1;
+  uint64_t y = (uint64_t)n * UINT64_C(4503599628);
+  uint64_t a = y >> 52;
+  y = (y & frac) * 100;
+  uint64_t b = y >> 52;
+  y = (y & frac) * 100;
+  uint64_t c = y >> 52;
+  y = (y & frac) * 100;
+  return pair_ascii(a) | pair_ascii(b) << 16 | pair_ascii(c) << 32 | pair_ascii(y >> 52) << 48;
+}
+
+uint64_t tpu__fpconv_digits8(uint32_t n) { return digits8(n); }
 
 #define ASCII_ZEROS 0x3030303030303030u
 
@@ -304,21 +320,23 @@ static inline uint64_t digits8(uint32_t n) {
  * past the text's end (out has TPU_FPCONV_LEN bytes); narrow: p <= 9, else p <= 17. */
 static inline __attribute__((always_inline)) size_t print_g(char *out, int neg, uint64_t d, int p,
                                                             int x, int narrow) {
-  uint64_t w1, w2 = 0, d0;
+  uint64_t w1, w2 = ASCII_ZEROS, d0;
   int nd;
   if (narrow) { /* d * 10^(9-p): nine digits, d0 and w1, the added zeros dropped below */
     uint64_t Q = d * pow10_u64[9 - p];
     d0 = Q / 100000000;
     w1 = digits8((uint32_t)(Q % 100000000));
-    nd = 9 - (w1 ? __builtin_clzll(w1) / 8 : 8);
+    uint64_t z1 = w1 ^ ASCII_ZEROS; /* zero bytes where the digits are '0' */
+    nd = 9 - (z1 ? __builtin_clzll(z1) / 8 : 8);
   } else { /* seventeen digits: d0, w1, w2 */
     uint64_t Q = d * pow10_u64[17 - p], r = Q % 10000000000000000u;
     d0 = Q / 10000000000000000u;
     w1 = digits8((uint32_t)(r / 100000000));
     w2 = digits8((uint32_t)(r % 100000000));
-    nd = 17 - (w2 ? __builtin_clzll(w2) / 8 : 8 + (w1 ? __builtin_clzll(w1) / 8 : 8));
+    uint64_t z1 = w1 ^ ASCII_ZEROS, z2 = w2 ^ ASCII_ZEROS;
+    nd = 17 - (z2 ? __builtin_clzll(z2) / 8 : 8 + (z1 ? __builtin_clzll(z1) / 8 : 8));
   }
-  u128 V = ((u128)(w2 | ASCII_ZEROS) << 64) | (w1 | ASCII_ZEROS); /* the digits after d0 */
+  u128 V = ((u128)w2 << 64) | w1; /* the digits after d0 */
   char c0 = (char)('0' + d0);
   char *o = out;
   *o = '-';

@@ -74,4 +74,7 @@ int tpu_fpconv_num_f32(const tpu_fpconv_num_t *num, const char *s, float *out);
 size_t tpu_fpconv_f64_parse(const char *s, size_t n, double *out);
 size_t tpu_fpconv_f32_parse(const char *s, size_t n, float *out);
 
+/* Internal, for the tests: n < 10^8 as eight ASCII digits, the first in the lowest byte. */
+uint64_t tpu__fpconv_digits8(uint32_t n);
+
 #endif

@@ -347,6 +347,19 @@ static void test_parse_random(void) {
   TPU_ASSERT_SEED(bad == 0);
 }
 
+/* The fixed-point digit generator for every n < 10^8 against plain division. */
+static void test_digits8_every_value(void) {
+  uint32_t bad = 0, first_bad = 0;
+  for (uint32_t n = 0; n < 100000000; n++) {
+    uint64_t want = 0;
+    uint32_t r = n;
+    for (int i = 7; i >= 0; i--, r /= 10) want |= (uint64_t)('0' + r % 10) << (8 * i);
+    if (tpu__fpconv_digits8(n) != want && bad++ == 0) first_bad = n;
+  }
+  CU_ASSERT_EQUAL(bad, 0);
+  if (bad) printf("\ndigits8 wrong for %" PRIu32 " values, first %" PRIu32 "\n", bad, first_bad);
+}
+
 /* The generated table against exact 128-bit arithmetic where 5^q fits (0 <= q <= 55). */
 static void test_table(void) {
   unsigned __int128 p5 = 1;
@@ -371,4 +384,4 @@ TPU_TEST_SUITE(fpconv, {"f32_edges", test_f32_edges}, {"f64_edges", test_f64_edg
                {"random_against_printf", test_random_against_printf},
                {"parse_edges", test_parse_edges}, {"parse_grammar", test_parse_grammar},
                {"from_decimal", test_from_decimal}, {"parse_random", test_parse_random},
-               {"table", test_table})
+               {"digits8_every_value", test_digits8_every_value}, {"table", test_table})
