@@ -29,9 +29,10 @@
  * Parsing. w * 10^q (w the first 19 significant digits): Clinger's fast path when w and 10^|q|
  * are exact doubles (floats); otherwise the 64x128 product of the normalized w with the table
  * entry (the Eisel-Lemire idea), rounded at the target precision, subnormals included. The
- * same interval argument says when the truncated table bits could change the rounding; those
- * rare cases, and digit strings longer than 19 digits whose tail matters, go to the C
- * library's exact strtod/strtof.
+ * same interval argument says when the truncated table bits could change the rounding; then an
+ * exact binary value (0.44921875, w divisible by 5^-q) is converted as the integer w / 5^-q
+ * times 2^q, and the rest, true near-ties, and digit strings longer than 19 digits whose tail
+ * matters, go to the C library's exact strtod/strtof. Digits are scanned eight at a time.
  *
  * Relies on: two's-complement arithmetic right shifts of negative integers (gcc, clang), and
  * FLT_EVAL_METHOD == 0 (SSE arithmetic, as on every x86-64 target) for Clinger's path.
@@ -322,10 +323,31 @@ static inline __attribute__((always_inline)) size_t print_g(char *out, int neg, 
                                                             int x, int narrow) {
   uint64_t w1, w2 = ASCII_ZEROS, d0;
   int nd;
-  if (narrow) { /* d * 10^(9-p): nine digits, d0 and w1, the added zeros dropped below */
-    uint64_t Q = d * pow10_u64[9 - p];
-    d0 = Q / 100000000;
-    w1 = digits8((uint32_t)(Q % 100000000));
+  if (narrow) {
+    /* d / 10^(p-1) in 57-bit fixed point, from above by under 0.7 of a unit of its 9th digit
+     * (d * (ceil - exact) < 10^9 < 0.7 * 2^57 / 10^8): the integer part is the first digit,
+     * and each fraction times 100 brings up the next two exactly, zeros past the p-th. */
+    static const uint64_t scale[10] = {0,
+                                       UINT64_C(144115188075855872),
+                                       UINT64_C(14411518807585588),
+                                       UINT64_C(1441151880758559),
+                                       UINT64_C(144115188075856),
+                                       UINT64_C(14411518807586),
+                                       UINT64_C(1441151880759),
+                                       UINT64_C(144115188076),
+                                       UINT64_C(14411518808),
+                                       UINT64_C(1441151881)}; /* ceil(2^57 / 10^(p-1)) */
+    const uint64_t frac = (UINT64_C(1) << 57) - 1;
+    uint64_t y = d * scale[p];
+    d0 = y >> 57;
+    y = (y & frac) * 100;
+    uint64_t a = y >> 57;
+    y = (y & frac) * 100;
+    uint64_t b = y >> 57;
+    y = (y & frac) * 100;
+    uint64_t c = y >> 57;
+    y = (y & frac) * 100;
+    w1 = pair_ascii(a) | pair_ascii(b) << 16 | pair_ascii(c) << 32 | pair_ascii(y >> 57) << 48;
     uint64_t z1 = w1 ^ ASCII_ZEROS; /* zero bytes where the digits are '0' */
     nd = 9 - (z1 ? __builtin_clzll(z1) / 8 : 8);
   } else { /* seventeen digits: d0, w1, w2 */
