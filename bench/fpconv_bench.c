@@ -87,8 +87,9 @@ static size_t run_parse(const void *ctx, size_t lo, size_t hi, int legacy) {
   const tokens_t *tk = ctx;
   double sum = 0;
   for (size_t i = lo; i < hi; i++) {
+    /* the rest of the text, as the JSON fast path hands its numbers the rest of the body */
     const char *s = tk->text + tk->off[i];
-    size_t len = tk->off[i + 1] - tk->off[i] - 1;
+    size_t len = tk->off[tk->n] - tk->off[i];
     double d = 0;
     if (legacy)
       fpconv_legacy_parse(s, len, &d);

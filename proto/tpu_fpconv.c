@@ -659,6 +659,15 @@ static inline int all_digits8(uint64_t c) {
          0x3333333333333333u;
 }
 
+/* How many of the 8 bytes of c, from the lowest, are ASCII digits before the first that is not:
+ * c ^ '0' leaves digits 0..9, and adding 0x76 sets the high bit of any byte above 9 (a carry
+ * only disturbs bytes after a non-digit, which do not count). */
+static inline int leading_digits8(uint64_t c) {
+  uint64_t x = c ^ 0x3030303030303030u;
+  uint64_t over = ((x + 0x7676767676767676u) | x) & 0x8080808080808080u;
+  return over ? __builtin_ctzll(over) / 8 : 8;
+}
+
 /* The value of 8 ASCII digits (the first in the lowest byte): digit pairs, then quads, then
  * the two halves, each step one multiplication over all lanes at once. */
 static inline uint32_t value8(uint64_t c) {
@@ -704,6 +713,16 @@ size_t tpu_fpconv_scan(const char *s, size_t n, tpu_fpconv_num_t *num) {
       total += 8;
       x -= 8;
       i += 8;
+    }
+    int k;
+    if (nd <= 11 && n - i >= 8 && (memcpy(&c, s + i, 8), k = leading_digits8(c)) > 0 && k < 8) {
+      /* the last 1..7 digits at once: moved to the top bytes, '0's below them */
+      c = (c << (64 - 8 * k)) | (0x3030303030303030u >> 8 * k);
+      m = m * pow10_u64[k] + value8(c);
+      nd += k;
+      total += k;
+      x -= k;
+      i += (size_t)k;
     }
     for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
       if (nd < 19) {
