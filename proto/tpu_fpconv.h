@@ -24,7 +24,7 @@
 /*
  * Writes v as the shortest "%.{6..9}g" text that reads back (round to nearest even) as v, NUL
  * terminated, into out (TPU_FPCONV_LEN bytes), and returns its length. NaN and infinities,
- * which JSON has no text for, write nothing and return 0.
+ * which JSON has no text for, leave an empty string and return 0.
  */
 size_t tpu_fpconv_f32_format(float v, char *out);
 
