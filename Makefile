@@ -6,7 +6,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR     ?= $(if $(CI),ON,OFF)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test run bench bench-onnx check-vmath clean deploy-test fuzz test-asan test-tsan
+.PHONY: all deps configure build test run bench bench-onnx check-vmath check-fpconv clean deploy-test fuzz test-asan test-tsan
 
 all: build
 
@@ -44,6 +44,14 @@ bench-onnx:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DTPUD_WERROR=$(WERROR) -DTPUD_BUILD_BENCH=ON $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 	@env $(ONNX_BENCH_ENV) bench/onnx_vs_ort.sh $(BUILD) .
+
+# Every binary32 value through the JSON path's float conversions (proto/tpu_fpconv.c) on 2
+# threads: formatted, parsed back to the same bits (bench/fpconv_check.c), and every 64th text
+# compared with the old formatter's bytes; FPCONV_ARGS="--legacy 1" compares all of them (slow).
+FPCONV_ARGS ?= --legacy 64
+check-fpconv: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target fpconv_check
+	@$(BUILD)/proto/fpconv_check --threads 2 $(FPCONV_ARGS)
 
 # The deployment files built and run for real: container image (podman), manifests validated
 # offline, HAProxy failover of three replicas (deploy/test_deploy.sh). Needs `make build` first,

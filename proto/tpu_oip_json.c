@@ -20,6 +20,7 @@
  * free_unpacked on any error path.
  */
 #include "tpu_oip_json.h"
+#include "tpu_fpconv.h"
 #include "tpu_proto_int.h"
 #include "tpu_text.h"
 
@@ -190,201 +191,23 @@ static void sb_json_string(tpu_buf_t *b, const char *s, size_t n) {
   tpu_buf_add(b, "\"", 1);
 }
 
-/*
- * Floats are printed as the shortest "%.{6..9}g" that reads back as the same float: the same text
- * printf would give, without printf. f32_digits rounds |v| to p significant digits exactly as
- * printf does (round half to even on exact ties), using the exact error of one multiplication
- * (fma) or 128-bit integer division; f32_roundtrips decides exactly whether those digits read
- * back as v, by comparing them with the midpoints to v's neighbours (ties go to the even
- * mantissa, as strtof does). Magnitudes outside the fast range (below ~1e-14, above ~9e18) take
- * the snprintf + strtof loop.
- */
-static const double pow10_tab[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
-                                     1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-                                     1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-static const uint64_t pow10_u64[20] = {1ull,
-                                       10ull,
-                                       100ull,
-                                       1000ull,
-                                       10000ull,
-                                       100000ull,
-                                       1000000ull,
-                                       10000000ull,
-                                       100000000ull,
-                                       1000000000ull,
-                                       10000000000ull,
-                                       100000000000ull,
-                                       1000000000000ull,
-                                       10000000000000ull,
-                                       100000000000000ull,
-                                       1000000000000000ull,
-                                       10000000000000000ull,
-                                       100000000000000000ull,
-                                       1000000000000000000ull,
-                                       10000000000000000000ull};
-
-/* |v| (a positive float, as a double) to p (6..9) significant digits: *d has exactly p digits and
- * *x is the decimal exponent of the first. Returns 0 when v is outside the fast range. */
-static int f32_digits(double v, int p, uint64_t *d, int *x) {
-  int e = (int)floor(log10(v));
-  for (int tries = 0; tries < 3; tries++) {
-    int s = p - 1 - e;
-    uint64_t D;
-    if (s >= 0) {
-      if (s > 22) return 0;
-      double P = pow10_tab[s];
-      double prod = v * P, err = fma(v, P, -prod); /* v*P == prod + err exactly */
-      double F = floor(prod), fr = prod - F;          /* exact: prod < 2^31 */
-      D = (uint64_t)F;
-      if (fr > 0.5 || (fr == 0.5 && (err > 0 || (err == 0 && (D & 1))))) D++;
-    } else {
-      int k = -s;
-      if (k > 19 || v >= 9.2e18) return 0;
-      /* v >= 10^6 here, so v*64 is an integer (float spacing there is at least 2^-4). */
-      unsigned __int128 V = (unsigned __int128)(v * 64.0);
-      unsigned __int128 T = (unsigned __int128)pow10_u64[k] * 64u;
-      unsigned __int128 q = V / T, r = V % T;
-      D = (uint64_t)q;
-      if (2 * r > T || (2 * r == T && (D & 1))) D++;
-    }
-    if (D >= pow10_u64[p]) {
-      e++;
-      continue;
-    }
-    if (D < pow10_u64[p - 1]) {
-      e--;
-      continue;
-    }
-    *d = D;
-    *x = e;
-    return 1;
-  }
-  return 0;
-}
-
-/* Sign of (D × 10^(x-p+1)) - m, exactly; m a positive double. */
-static int dec_cmp(uint64_t D, int p, int x, double m) {
-  int s = p - 1 - x;
-  if (s >= 0) {
-    double P = pow10_tab[s];
-    double pm = m * P, em = fma(m, P, -pm); /* m*P == pm + em exactly */
-    double dd = (double)D;                  /* exact: D < 10^9 */
-    if (dd > 2 * pm) return 1;
-    if (dd < pm / 2) return -1;
-    double diff = dd - pm; /* exact (Sterbenz) */
-    return diff > em ? 1 : diff < em ? -1 : 0;
-  }
-  unsigned __int128 a = (unsigned __int128)D * pow10_u64[-s] * 64u;
-  unsigned __int128 b = (unsigned __int128)(m * 64.0); /* exact: m is a midpoint above 10^6 */
-  return a > b ? 1 : a < b ? -1 : 0;
-}
-
-/* Whether D × 10^(x-p+1) reads back (round to nearest, ties to even) as the float f > 0. */
-static int f32_roundtrips(float f, uint64_t D, int p, int x) {
-  double v = f, lo = nextafterf(f, 0.0f), hi;
-  if (f == FLT_MAX)
-    hi = v + (v - lo);
-  else
-    hi = nextafterf(f, INFINITY);
-  double mlo = (v + lo) / 2, mhi = (v + hi) / 2; /* exact in double */
-  int even = (f32_bits(f) & 1) == 0;
-  int c = dec_cmp(D, p, x, mlo);
-  if (c < 0 || (c == 0 && !even)) return 0;
-  c = dec_cmp(D, p, x, mhi);
-  if (c > 0 || (c == 0 && !even)) return 0;
-  return 1;
-}
-
-/* Writes D (p digits, exponent x) as printf's "%.{p}g" would (trailing zeros dropped). */
-static size_t f32_print(char *out, int neg, uint64_t D, int p, int x) {
-  char dig[24];
-  int nd = p;
-  while (nd > 1 && D % 10 == 0) {
-    D /= 10;
-    nd--;
-  }
-  for (int i = nd - 1; i >= 0; i--) {
-    dig[i] = (char)('0' + D % 10);
-    D /= 10;
-  }
-  char *o = out;
-  if (neg) *o++ = '-';
-  if (x < -4 || x >= p) {
-    *o++ = dig[0];
-    if (nd > 1) {
-      *o++ = '.';
-      memcpy(o, dig + 1, (size_t)nd - 1);
-      o += nd - 1;
-    }
-    *o++ = 'e';
-    int ax = x < 0 ? -x : x;
-    *o++ = x < 0 ? '-' : '+';
-    if (ax >= 100) *o++ = (char)('0' + ax / 100);
-    *o++ = (char)('0' + ax / 10 % 10);
-    *o++ = (char)('0' + ax % 10);
-  } else if (x >= 0) {
-    for (int i = 0; i <= x; i++) *o++ = i < nd ? dig[i] : '0';
-    if (nd > x + 1) {
-      *o++ = '.';
-      memcpy(o, dig + x + 1, (size_t)(nd - x - 1));
-      o += nd - x - 1;
-    }
-  } else {
-    *o++ = '0';
-    *o++ = '.';
-    for (int i = 0; i < -x - 1; i++) *o++ = '0';
-    memcpy(o, dig, (size_t)nd);
-    o += nd;
-  }
-  *o = 0;
-  return (size_t)(o - out);
-}
-
-/* The shortest "%.{6..9}g" text of v (finite) that reads back as v. */
-static size_t f32_format(char *tmp, float v) {
-  if (v == 0) {
-    if (signbit(v)) {
-      memcpy(tmp, "-0", 3);
-      return 2;
-    }
-    memcpy(tmp, "0", 2);
-    return 1;
-  }
-  float a = fabsf(v);
-  for (int p = 6; p <= 9; p++) {
-    uint64_t D;
-    int x;
-    if (!f32_digits(a, p, &D, &x)) break;
-    if (f32_roundtrips(a, D, p, x)) return f32_print(tmp, v < 0, D, p, x);
-  }
-  /* Outside the fast range: ask printf. */
-  int n = 0;
-  for (int p = 6; p <= 9; p++) {
-    n = snprintf(tmp, 32, "%.*g", p, (double)v);
-    if (strtof(tmp, NULL) == v) break;
-  }
-  return (size_t)n;
-}
-
-/* Appends v; -1 (nothing appended) when v is NaN or infinite, which JSON has no text for
- * (RFC 8259 section 6): the caller fails, rather than write null or a token that is not JSON. */
+/* Appends v in its shortest "%.{6..9}g" round-trip form (tpu_fpconv.h); -1 (nothing appended)
+ * when v is NaN or infinite, which JSON has no text for (RFC 8259 section 6): the caller fails,
+ * rather than write null or a token that is not JSON. */
 static int sb_float(tpu_buf_t *b, float v) {
-  if (!isfinite(v)) return -1;
-  char tmp[32];
-  size_t n = f32_format(tmp, v);
+  char tmp[TPU_FPCONV_LEN];
+  size_t n = tpu_fpconv_f32_format(v, tmp);
+  if (n == 0) return -1;
   tpu_buf_add(b, tmp, n);
   return 0;
 }
 
-/* Shortest "%.*g" that reads back as the same double (15..17 digits); -1 as sb_float. */
+/* The same for a double, shortest "%.{15..17}g". */
 static int sb_double(tpu_buf_t *b, double v) {
-  if (!isfinite(v)) return -1;
-  char tmp[40];
-  for (int p = 15; p <= 17; p++) {
-    snprintf(tmp, sizeof tmp, "%.*g", p, v);
-    if (strtod(tmp, NULL) == v) break;
-  }
-  tpu_buf_adds(b, tmp);
+  char tmp[TPU_FPCONV_LEN];
+  size_t n = tpu_fpconv_f64_format(v, tmp);
+  if (n == 0) return -1;
+  tpu_buf_add(b, tmp, n);
   return 0;
 }
 
@@ -936,18 +759,13 @@ fail:
  * numbers jansson would refuse (integers beyond int64, reals that overflow), and every error.
  *
  * Numbers are converted exactly as the jansson path does (strtod, or strtoll for integer tokens,
- * then a cast to float): a token of at most 15 significant digits and a power of ten up to 22
- * is one correctly rounded double multiplication or division of two exact doubles (Clinger's
- * fast path), which is strtod's result; longer tokens go through strtod itself.
+ * then a cast to float): tpu_fpconv scans the token and rounds it correctly, as strtod does
+ * (Clinger's fast path or one 64x128-bit product; strtod itself for the rare hard cases).
  */
 typedef struct {
   const char *p, *end;
   int depth, max_depth;
 } fp_t;
-
-static const double fp_pow10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
-                                    1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-                                    1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
 static void fp_ws(fp_t *f) {
   while (f->p < f->end && (*f->p == ' ' || *f->p == '\n' || *f->p == '\r' || *f->p == '\t'))
@@ -1008,75 +826,21 @@ static char *fp_strdup(const char *s, size_t n) {
  */
 static int fp_number(fp_t *f, int *is_int, int64_t *iv, double *dv) {
   fp_ws(f);
-  const char *s = f->p, *q = s, *e = f->end;
-  int neg = 0;
-  if (q < e && *q == '-') {
-    neg = 1;
-    q++;
-  }
-  if (q >= e || *q < '0' || *q > '9') return 0;
-  uint64_t m = 0;
-  int nd = 0, dropped = 0, exp10 = 0; /* significant digits kept, digits past 19 */
-  if (*q == '0') {
-    q++;
-  } else {
-    for (; q < e && *q >= '0' && *q <= '9'; q++) {
-      if (nd < 19) {
-        m = m * 10 + (uint64_t)(*q - '0');
-        nd++;
-      } else {
-        dropped++;
-      }
-    }
-  }
-  int integer = 1;
-  if (q < e && *q == '.') {
-    integer = 0;
-    q++;
-    if (q >= e || *q < '0' || *q > '9') return 0;
-    for (; q < e && *q >= '0' && *q <= '9'; q++) {
-      if (nd == 0 && *q == '0') {
-        exp10--; /* leading zeros of a fraction only scale */
-      } else if (nd < 19) {
-        m = m * 10 + (uint64_t)(*q - '0');
-        nd++;
-        exp10--;
-      } else {
-        dropped++; /* a long fraction: strtod below decides */
-      }
-    }
-  }
-  if (q < e && (*q == 'e' || *q == 'E')) {
-    integer = 0;
-    q++;
-    int eneg = 0;
-    if (q < e && (*q == '+' || *q == '-')) eneg = *q++ == '-';
-    if (q >= e || *q < '0' || *q > '9') return 0;
-    int x = 0;
-    for (; q < e && *q >= '0' && *q <= '9'; q++)
-      if (x < 100000) x = x * 10 + (*q - '0');
-    exp10 += eneg ? -x : x;
-  }
-  f->p = q;
-  *is_int = integer;
-  if (integer) { /* strtoll: at most 19 digits and within int64 */
-    if (dropped || (neg ? m > (uint64_t)INT64_MAX + 1 : m > (uint64_t)INT64_MAX)) return 0;
-    *iv = neg ? (int64_t)(0 - m) : (int64_t)m;
+  tpu_fpconv_num_t num;
+  if (!tpu_fpconv_scan(f->p, (size_t)(f->end - f->p), &num)) return 0;
+  const char *s = f->p;
+  f->p += num.len;
+  *is_int = num.integer;
+  if (num.integer) { /* strtoll: at most 19 digits and within int64 */
+    uint64_t m = num.w;
+    if (num.digits > 19 || (num.neg ? m > (uint64_t)INT64_MAX + 1 : m > (uint64_t)INT64_MAX))
+      return 0;
+    *iv = num.neg ? (int64_t)(0 - m) : (int64_t)m;
     return 1;
   }
-  if (!dropped && nd <= 15 && exp10 >= -22 && exp10 <= 22) {
-    double d = (double)m; /* exact: m < 10^15 < 2^53 */
-    d = exp10 >= 0 ? d * fp_pow10[exp10] : d / fp_pow10[-exp10];
-    *dv = neg ? -d : d;
-    return 1;
-  }
-  char tmp[128];
-  size_t len = (size_t)(q - s);
-  if (len >= sizeof tmp) return 0;
-  memcpy(tmp, s, len);
-  tmp[len] = '\0';
-  double d = strtod(tmp, NULL);
-  if (isinf(d)) return 0; /* jansson: "real number overflow" */
+  double d;
+  if (!tpu_fpconv_num_f64(&num, s, &d)) return 0; /* no memory for a long token's copy */
+  if (isinf(d)) return 0;                          /* jansson: "real number overflow" */
   *dv = d;
   return 1;
 }
