@@ -92,6 +92,16 @@ static int get_count(json_t *o, const char *key, int64_t *out) {
   return 1;
 }
 
+/* A JSON number as XGBoost's float32; 0 when it is none, or overflows binary32 (XGBoost
+ * writes its float32 values, so such a number did not come from it). */
+static int json_f32(json_t *v, float *out) {
+  if (!json_is_number(v)) return 0;
+  float f = (float)json_number_value(v);
+  if (!isfinite(f)) return 0;
+  *out = f;
+  return 1;
+}
+
 /* An array element as an integer; a boolean only where XGBoost writes one (default_left). */
 static int elem_int_or_bool(json_t *a, size_t i, int64_t *out) {
   json_t *v = json_array_get(a, i);
@@ -172,10 +182,11 @@ static tpu_status_t add_tree(ens_t *e, json_t *t, size_t ti, int64_t g, int64_t 
   size_t base_node = e->feat.n;
   pushi(e, &e->roots, (int64_t)base_node);
   if (l0 == -1) { /* a single leaf: one node, both branches to it */
-    json_t *w = json_array_get(a[3], 0);
-    if (!json_is_number(w)) FAIL(TPU_EINVAL, "tree %zu node 0: leaf value is not a number", ti);
+    float wv;
+    if (!json_f32(json_array_get(a[3], 0), &wv))
+      FAIL(TPU_EINVAL, "tree %zu node 0: leaf value is not a finite float32 number", ti);
     int64_t leaf = (int64_t)e->lweight.n;
-    pushf(e, &e->lweight, (float)json_number_value(w));
+    pushf(e, &e->lweight, wv);
     pushi(e, &e->ltarget, g);
     pushi(e, &e->feat, 0);
     pushf(e, &e->split, 0);
@@ -193,11 +204,12 @@ static tpu_status_t add_tree(ens_t *e, json_t *t, size_t ti, int64_t g, int64_t 
   while (head < tail) {
     size_t k = queue[head++];
     int64_t ch[2], feat, dl;
-    json_t *sc = json_array_get(a[3], k);
+    float split;
     if (!elem_int(a[0], k, &ch[0]) || !elem_int(a[1], k, &ch[1]) ||
-        !elem_int(a[2], k, &feat) || !elem_int_or_bool(a[4], k, &dl) || !json_is_number(sc))
+        !elem_int(a[2], k, &feat) || !elem_int_or_bool(a[4], k, &dl) ||
+        !json_f32(json_array_get(a[3], k), &split))
       FAIL(TPU_EINVAL, "tree %zu node %zu: children, split index and default_left must be "
-           "integers and split_condition a number", ti, k);
+           "integers and split_condition a finite float32 number", ti, k);
     if (feat >= nfeat)
       FAIL(TPU_EINVAL, "tree %zu node %zu: splits on feature %lld, beyond the model's %lld "
            "input features (learner_model_param.num_feature)", ti, k, (long long)feat,
@@ -221,11 +233,12 @@ static tpu_status_t add_tree(ens_t *e, json_t *t, size_t ti, int64_t g, int64_t 
         FAIL(TPU_EINVAL, "tree %zu node %lld: one child is -1 (a leaf) and the other %lld: "
              "expected both or neither", ti, (long long)c, (long long)(cl == -1 ? cr : cl));
       if (cl == -1) { /* a leaf */
-        json_t *w = json_array_get(a[3], (size_t)c);
-        if (!json_is_number(w))
-          FAIL(TPU_EINVAL, "tree %zu node %lld: leaf value is not a number", ti, (long long)c);
+        float wv;
+        if (!json_f32(json_array_get(a[3], (size_t)c), &wv))
+          FAIL(TPU_EINVAL, "tree %zu node %lld: leaf value is not a finite float32 number", ti,
+               (long long)c);
         out[b] = ~(int64_t)e->lweight.n;
-        pushf(e, &e->lweight, (float)json_number_value(w));
+        pushf(e, &e->lweight, wv);
         pushi(e, &e->ltarget, g);
       } else {
         out[b] = (int64_t)(base_node + tail);
@@ -235,7 +248,7 @@ static tpu_status_t add_tree(ens_t *e, json_t *t, size_t ti, int64_t g, int64_t 
     }
     /* XGBoost: x < split goes left (true); NaN follows default_left. */
     pushi(e, &e->feat, feat);
-    pushf(e, &e->split, (float)json_number_value(sc));
+    pushf(e, &e->split, split);
     pushi(e, &e->tid, out[0] < 0 ? ~out[0] : out[0]);
     pushi(e, &e->tleaf, out[0] < 0);
     pushi(e, &e->fid, out[1] < 0 ? ~out[1] : out[1]);

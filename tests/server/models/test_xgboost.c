@@ -245,6 +245,22 @@ static void test_malformed(void) {
   }
   refused(j, TPU_EINVAL, "tree 0 node");
 
+  j = fixture("fraud_d6"); /* a value no float32 holds: not from XGBoost */
+  set_elem(j, 2, "split_conditions", 0, json_real(1e300));
+  refused(j, TPU_EINVAL, "tree 2 node 0: children, split index and default_left must be "
+          "integers and split_condition a finite float32 number");
+
+  j = fixture("fraud_d6"); /* a leaf likewise */
+  {
+    json_t *lc = json_object_get(tree(j, 0), "left_children");
+    size_t leafn = 0;
+    while (json_integer_value(json_array_get(lc, leafn)) != -1) leafn++;
+    set_elem(j, 0, "split_conditions", leafn, json_real(-1e39));
+    char want[96];
+    snprintf(want, sizeof want, "tree 0 node %zu: leaf value is not a finite float32", leafn);
+    refused(j, TPU_EINVAL, want);
+  }
+
   j = fixture("fraud_d6"); /* a boolean where XGBoost writes an integer (it refuses that) */
   set_elem(j, 2, "left_children", 0, json_true());
   refused(j, TPU_EINVAL, "tree 2 node 0");
