@@ -39,33 +39,24 @@ typedef struct {
   int oom;
 } ens_t;
 
-static void pushi(ens_t *e, i64v_t *a, int64_t x) {
-  if (a->n == a->cap) {
-    size_t c = a->cap ? a->cap * 2 : 256;
-    int64_t *nv = realloc(a->v, c * sizeof *nv);
-    if (!nv) {
-      e->oom = 1;
-      return;
-    }
-    a->v = nv;
-    a->cap = c;
-  }
-  a->v[a->n++] = x;
-}
+/* Appends x to the growable array a (doubling from 256); out of memory sets e->oom. */
+#define PUSH(e, a, x)                                                                        \
+  do {                                                                                       \
+    if ((a)->n == (a)->cap) {                                                                \
+      size_t c_ = (a)->cap ? (a)->cap * 2 : 256;                                             \
+      __typeof__((a)->v) nv_ = realloc((a)->v, c_ * sizeof *nv_);                            \
+      if (!nv_) {                                                                            \
+        (e)->oom = 1;                                                                        \
+        break;                                                                               \
+      }                                                                                      \
+      (a)->v = nv_;                                                                          \
+      (a)->cap = c_;                                                                         \
+    }                                                                                        \
+    (a)->v[(a)->n++] = (x);                                                                  \
+  } while (0)
 
-static void pushf(ens_t *e, f32v_t *a, float x) {
-  if (a->n == a->cap) {
-    size_t c = a->cap ? a->cap * 2 : 256;
-    float *nv = realloc(a->v, c * sizeof *nv);
-    if (!nv) {
-      e->oom = 1;
-      return;
-    }
-    a->v = nv;
-    a->cap = c;
-  }
-  a->v[a->n++] = x;
-}
+static void pushi(ens_t *e, i64v_t *a, int64_t x) { PUSH(e, a, x); }
+static void pushf(ens_t *e, f32v_t *a, float x) { PUSH(e, a, x); }
 
 static void ens_free(ens_t *e) {
   i64v_t *iv[] = {&e->feat, &e->tid, &e->tleaf, &e->fid, &e->fleaf,
