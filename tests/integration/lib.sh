@@ -1,5 +1,9 @@
 # lib.sh - sourced by the integration scripts (and the server benches): the one copy of
-# "wait until tpud announces its ports".
+# "wait until tpud announces its ports" and of "generate the Python gRPC stubs".
+#
+# grpc_stubs SRC OUT PROTO...: the Python message and gRPC stubs of SRC/proto/PROTO... into OUT
+# (protoc with grpc_python_plugin; each PROTO's _pb2_grpc.py must appear). Returns 0, or prints
+# "FAIL: protoc: ..." and returns 1.
 #
 # tpud_ports LOG PID [native] [TRIES]: waits until tpud (PID, logging to LOG) has announced its
 # listeners ("tpud listening on 127.0.0.1:N (native)" and "(http)"; only the native one with
@@ -20,4 +24,20 @@ tpud_ports() {
   echo "tpud did not start:"
   cat "$log"
   return 1
+}
+
+grpc_stubs() {
+  local src=$1 out=$2 files=() f
+  shift 2
+  for f in "$@"; do files+=("$src/proto/$f"); done
+  mkdir -p "$out"
+  if ! protoc -I "$src/proto" --python_out="$out" --grpc_python_out="$out" \
+    --plugin=protoc-gen-grpc_python="$(command -v grpc_python_plugin)" "${files[@]}" \
+    2>"$out/protoc.err"; then
+    echo "FAIL: protoc: $(cat "$out/protoc.err")"
+    return 1
+  fi
+  for f in "$@"; do
+    [ -f "$out/${f%.proto}_pb2_grpc.py" ] || { echo "FAIL: protoc wrote no ${f%.proto}_pb2_grpc.py"; return 1; }
+  done
 }

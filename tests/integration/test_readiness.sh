@@ -8,7 +8,7 @@
 set -u
 BUILD=$1
 SRC=$2
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # tpud_ports
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # tpud_ports, grpc_stubs
 TPUD=$BUILD/server/tpud
 TPUCTL=$BUILD/client/tpuctl
 for b in "$TPUD" "$TPUCTL"; do [ -x "$b" ] || { echo "$b not built"; exit 1; }; done
@@ -27,10 +27,7 @@ ok() { echo "ok: $*"; }
 
 GEN=$WORK/gen
 mkdir -p "$GEN"
-protoc -I "$SRC/proto" --python_out="$GEN" --grpc_python_out="$GEN" \
-  --plugin=protoc-gen-grpc_python="$(command -v grpc_python_plugin)" \
-  "$SRC/proto/grpc_service.proto" 2>"$WORK/protoc.err" && [ -f "$GEN/grpc_service_pb2_grpc.py" ] ||
-  { echo "FAIL: protoc: $(cat "$WORK/protoc.err")"; exit 1; }
+grpc_stubs "$SRC" "$GEN" grpc_service.proto || exit 1
 
 # A repository: digits (good) and broken (its model.json declares no layers: load fails).
 REPO=$WORK/repo

@@ -15,7 +15,7 @@
 set -u
 BUILD=$(cd "$1" && pwd)
 SRC=$(cd "$2" && pwd)
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # tpud_ports
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # tpud_ports, grpc_stubs
 TPUD=$BUILD/server/tpud
 TPUCTL=$BUILD/client/tpuctl
 HELPER=$SRC/tests/integration/xgboost_serving.py
@@ -43,10 +43,7 @@ T0=$SECONDS
 
 GEN=$WORK/gen
 mkdir -p "$GEN"
-protoc -I "$SRC/proto" --python_out="$GEN" --grpc_python_out="$GEN" \
-  --plugin=protoc-gen-grpc_python="$(command -v grpc_python_plugin)" \
-  "$SRC/proto/grpc_service.proto" 2>"$WORK/protoc.err" && [ -f "$GEN/grpc_service_pb2_grpc.py" ] ||
-  { echo "FAIL: protoc: $(cat "$WORK/protoc.err")"; exit 1; }
+grpc_stubs "$SRC" "$GEN" grpc_service.proto || exit 1
 
 # ---- the repository: the fixtures, malformed variants of fraud_d6, a pinned input name ----
 REPO=$WORK/repo
