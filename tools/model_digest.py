@@ -127,6 +127,10 @@ def onnx_external_locations(onnx_path):
         import onnx  # only for listing the files; digests need nothing but hashlib
     except ImportError:
         return None
+    if not hasattr(onnx, "load"):
+        # Only a namespace package: libonnx-testdata installs its data under
+        # dist-packages/onnx/backend/ without python3-onnx.
+        return None
     m = onnx.load(onnx_path, load_external_data=False)
     locs = []
     for t in m.graph.initializer:
