@@ -270,6 +270,10 @@ tpu_oip_json_status_t tpu_oip_json_load(const char *text, size_t len,
 typedef struct {
   char *err;
   size_t errlen;
+  /* Triton's binary tensor extension: the bytes after the JSON header (NULL: none sent), and
+   * how many of them the inputs read so far have taken. */
+  const uint8_t *bin;
+  size_t bin_len, bin_off;
 } ectx_t;
 
 static tpu_oip_json_status_t parse_shape(ectx_t *e, const json_t *shape, const char *path,
@@ -446,8 +450,8 @@ static tpu_oip_json_status_t encode_nested(ectx_t *e, const json_t *v, const dty
  * Decodes shape/datatype/data of a tensor object at `path` ("inputs[0]"). On success the tensor
  * owns t->data (malloc'd); on error it holds nothing.
  */
-static tpu_oip_json_status_t decode_tensor(ectx_t *e, const json_t *obj, const char *path,
-                                           tpu_oip_tensor_t *t) {
+static tpu_oip_json_status_t decode_meta(ectx_t *e, const json_t *obj, const char *path,
+                                         tpu_oip_tensor_t *t, const dtype_t **dtp) {
   memset(t, 0, sizeof *t);
   if (!json_is_object(obj))
     return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: expected an object, got %s", path,
@@ -464,8 +468,14 @@ static tpu_oip_json_status_t decode_tensor(ectx_t *e, const json_t *obj, const c
                 "UINT64, INT8, INT16, INT32, INT64, FP16, BF16, FP32, FP64 or BYTES)",
                 path, json_string_value(jdt));
   snprintf(t->datatype, sizeof t->datatype, "%s", dt->name);
-  tpu_oip_json_status_t st =
-      parse_shape(e, json_object_get(obj, "shape"), path, t->shape, &t->rank, &t->count);
+  *dtp = dt;
+  return parse_shape(e, json_object_get(obj, "shape"), path, t->shape, &t->rank, &t->count);
+}
+
+static tpu_oip_json_status_t decode_tensor(ectx_t *e, const json_t *obj, const char *path,
+                                           tpu_oip_tensor_t *t) {
+  const dtype_t *dt;
+  tpu_oip_json_status_t st = decode_meta(e, obj, path, t, &dt);
   if (st != TPU_OIP_JSON_OK) return st;
 
   const json_t *data = json_object_get(obj, "data");
@@ -512,7 +522,7 @@ static tpu_oip_json_status_t decode_tensor(ectx_t *e, const json_t *obj, const c
 tpu_oip_json_status_t tpu_oip_json_tensor_decode(const json_t *obj, const char *path,
                                                  tpu_oip_tensor_t *out, char *err, size_t errlen) {
   if (!out) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no output tensor");
-  ectx_t e = {err, errlen};
+  ectx_t e = {err, errlen, NULL, 0, 0};
   if (!obj) {
     memset(out, 0, sizeof *out);
     return fail(err, errlen, TPU_OIP_JSON_INVALID, "%s: missing", path ? path : "tensor");
@@ -601,6 +611,75 @@ static tpu_oip_json_status_t opt_string(ectx_t *e, const json_t *obj, const char
   return TPU_OIP_JSON_OK;
 }
 
+/*
+ * An input whose data is in the binary section (parameters.binary_data_size): its bytes are the
+ * next `size` of the section, checked against shape and datatype (BYTES: `count` elements, each
+ * a 4-byte little-endian length and its bytes) before anything is allocated. On success the
+ * tensor owns a copy of them.
+ */
+static tpu_oip_json_status_t decode_binary(ectx_t *e, const json_t *obj, const char *path,
+                                           const json_t *jsize, tpu_oip_tensor_t *t) {
+  const dtype_t *dt;
+  tpu_oip_json_status_t st = decode_meta(e, obj, path, t, &dt);
+  if (st != TPU_OIP_JSON_OK) return st;
+  if (!json_is_integer(jsize) || json_integer_value(jsize) < 0)
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                "%s.parameters.binary_data_size: expected a non-negative integer, got %s", path,
+                json_kind(jsize));
+  uint64_t size = (uint64_t)json_integer_value(jsize);
+  if (json_object_get(obj, "data"))
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                "%s: has both \"data\" and parameters.binary_data_size (send one)", path);
+  if (!e->bin)
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                "%s.parameters.binary_data_size: the request has no binary data (send the JSON "
+                "header's length in Inference-Header-Content-Length and the tensors after it)",
+                path);
+  size_t left = e->bin_len - e->bin_off;
+  if (size > left)
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                "%s.parameters.binary_data_size: %" PRIu64 " bytes, but only %zu bytes of binary "
+                "data are left after the inputs before it",
+                path, size, left);
+  const uint8_t *p = e->bin + e->bin_off;
+  char s[128];
+  format_shape(s, sizeof s, t->shape, t->rank);
+  if (dt->size) {
+    if (t->count > SIZE_MAX / dt->size || size != (uint64_t)t->count * dt->size)
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                  "%s.parameters.binary_data_size: %" PRIu64 " bytes, expected %zu for shape %s "
+                  "of %s (%zu bytes each)",
+                  path, size, t->count * dt->size, s, dt->name, dt->size);
+  } else { /* BYTES: walk the length prefixes */
+    size_t off = 0;
+    for (size_t i = 0; i < t->count; i++) {
+      if (size - off < 4)
+        return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                    "%s: binary BYTES data ends at element %zu of the %zu shape %s needs", path,
+                    i, t->count, s);
+      uint64_t n = load_le(p + off, 4);
+      off += 4;
+      if (n > size - off)
+        return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                    "%s: binary BYTES element %zu claims %" PRIu64 " bytes, %zu remain", path, i,
+                    n, (size_t)(size - off));
+      off += (size_t)n;
+    }
+    if (off != size)
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                  "%s: %zu bytes of binary BYTES data left over after the %zu elements of shape %s",
+                  path, (size_t)(size - off), t->count, s);
+  }
+  if (size) {
+    t->data = malloc((size_t)size);
+    if (!t->data) return nomem(e->err, e->errlen);
+    memcpy(t->data, p, (size_t)size);
+  }
+  t->nbytes = (size_t)size;
+  e->bin_off += (size_t)size;
+  return TPU_OIP_JSON_OK;
+}
+
 static tpu_oip_json_status_t parse_input(ectx_t *e, const json_t *in, size_t idx,
                                          Inference__ModelInferRequest *req) {
   char path[64];
@@ -615,8 +694,14 @@ static tpu_oip_json_status_t parse_input(ectx_t *e, const json_t *in, size_t idx
                 "%s.name: expected a non-empty string, got %s", path,
                 json_is_string(name) ? "an empty string" : json_kind(name));
 
+  /* Data in the binary section when the input says its size there (with a section sent; with
+   * none, an input that also has "data" uses it, as the single-pass parser does). */
+  const json_t *params = json_object_get(in, "parameters");
+  const json_t *jsize = json_is_object(params) ? json_object_get(params, "binary_data_size") : NULL;
   tpu_oip_tensor_t t;
-  tpu_oip_json_status_t st = decode_tensor(e, in, path, &t);
+  tpu_oip_json_status_t st = jsize && (e->bin || !json_object_get(in, "data"))
+                                 ? decode_binary(e, in, path, jsize, &t)
+                                 : decode_tensor(e, in, path, &t);
   if (st != TPU_OIP_JSON_OK) return st;
 
   Inference__ModelInferRequest__InferInputTensor *x = malloc(sizeof *x);
@@ -679,14 +764,14 @@ static tpu_oip_json_status_t parse_output(ectx_t *e, const json_t *o, size_t idx
       &x->n_parameters, (param_entry_t ***)&x->parameters);
 }
 
-tpu_oip_json_status_t tpu_oip_json_infer_request_from_json(const json_t *root,
-                                                           const char *model_name,
-                                                           const char *model_version,
-                                                           Inference__ModelInferRequest **out,
-                                                           char *err, size_t errlen) {
+static tpu_oip_json_status_t request_from_json(ectx_t *ep, const json_t *root,
+                                               const char *model_name, const char *model_version,
+                                               Inference__ModelInferRequest **out) {
+  char *err = ep->err;
+  size_t errlen = ep->errlen;
   if (!out) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no output pointer");
   *out = NULL;
-  ectx_t e = {err, errlen};
+  ectx_t e = *ep;
   if (!json_is_object(root))
     return fail(err, errlen, TPU_OIP_JSON_INVALID, "request: expected a JSON object, got %s",
                 root ? json_kind(root) : "nothing");
@@ -733,6 +818,13 @@ tpu_oip_json_status_t tpu_oip_json_infer_request_from_json(const json_t *root,
       if (st != TPU_OIP_JSON_OK) goto fail;
     }
   }
+  if (e.bin && e.bin_off != e.bin_len) {
+    st = fail(err, errlen, TPU_OIP_JSON_INVALID,
+              "binary data: %zu bytes follow the JSON header, but the inputs' binary_data_size "
+              "parameters account for %zu",
+              e.bin_len, e.bin_off);
+    goto fail;
+  }
   *out = req;
   return TPU_OIP_JSON_OK;
 
@@ -743,6 +835,15 @@ fail:
   if (!req->model_version) req->model_version = (char *)protobuf_c_empty_string;
   inference__model_infer_request__free_unpacked(req, NULL);
   return st;
+}
+
+tpu_oip_json_status_t tpu_oip_json_infer_request_from_json(const json_t *root,
+                                                           const char *model_name,
+                                                           const char *model_version,
+                                                           Inference__ModelInferRequest **out,
+                                                           char *err, size_t errlen) {
+  ectx_t e = {err, errlen, NULL, 0, 0};
+  return request_from_json(&e, root, model_name, model_version, out);
 }
 
 /* ---- infer request: the single-pass fast path ---- */
@@ -1187,6 +1288,28 @@ tpu_oip_json_status_t tpu_oip_json_infer_request_parse(const char *text, size_t 
   return st;
 }
 
+tpu_oip_json_status_t tpu_oip_json_infer_request_parse_binary(
+    const char *body, size_t len, size_t json_len, const char *model_name,
+    const char *model_version, const tpu_oip_json_limits_t *limits,
+    Inference__ModelInferRequest **out, char *err, size_t errlen) {
+  if (!out) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no output pointer");
+  *out = NULL;
+  if (json_len > len)
+    return fail(err, errlen, TPU_OIP_JSON_INVALID,
+                "Inference-Header-Content-Length: %zu bytes, but the body has only %zu", json_len,
+                len);
+  json_t *root;
+  tpu_oip_json_status_t st = tpu_oip_json_load(body, json_len, limits, &root, err, errlen);
+  if (st != TPU_OIP_JSON_OK) return st;
+  /* A non-NULL section pointer even when it is empty: the header was sent. */
+  static const uint8_t none[1];
+  ectx_t e = {err, errlen, len > json_len ? (const uint8_t *)body + json_len : none,
+              len - json_len, 0};
+  st = request_from_json(&e, root, model_name, model_version, out);
+  json_decref(root);
+  return st;
+}
+
 /* ---- tensors to JSON ---- */
 
 /* The refusal of a NaN or infinite element: the whole conversion fails. */
@@ -1439,12 +1562,31 @@ static void output_what(char *what, size_t i, const char *name) {
   *w = '\0';
 }
 
-tpu_oip_json_status_t tpu_oip_json_infer_response_format(const Inference__ModelInferResponse *resp,
-                                                         char **out, char *err, size_t errlen) {
+/* The shape of BYTES data in the binary section: exactly `count` length-prefixed elements. */
+static tpu_oip_json_status_t bytes_check(ectx_t *e, const uint8_t *p, size_t nbytes, size_t count,
+                                         const char *what) {
+  size_t off = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (nbytes - off < 4 || load_le(p + off, 4) > nbytes - off - 4)
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                  "%s: BYTES data ends inside element %zu", what, i);
+    off += 4 + (size_t)load_le(p + off, 4);
+  }
+  if (off != nbytes)
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                "%s: %zu bytes of BYTES data left over after %zu elements", what, nbytes - off,
+                count);
+  return TPU_OIP_JSON_OK;
+}
+
+static tpu_oip_json_status_t format_response(const Inference__ModelInferResponse *resp,
+                                             const unsigned char *binary, char **out,
+                                             size_t *out_len, size_t *json_len, char *err,
+                                             size_t errlen) {
   if (!out) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no output pointer");
   *out = NULL;
   if (!resp) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no response");
-  ectx_t e = {err, errlen};
+  ectx_t e = {err, errlen, NULL, 0, 0};
   if (resp->n_raw_output_contents && resp->n_raw_output_contents != resp->n_outputs)
     return fail(err, errlen, TPU_OIP_JSON_INVALID,
                 "response has %zu outputs but %zu raw_output_contents", resp->n_outputs,
@@ -1499,22 +1641,38 @@ tpu_oip_json_status_t tpu_oip_json_infer_response_format(const Inference__ModelI
     tpu_buf_adds(&b, dt->name);
     tpu_buf_adds(&b, "\",\"shape\":");
     sb_shape(&b, o->shape, o->n_shape);
-    if (o->n_parameters) {
+    /* Raw data asked for in binary goes after the JSON, its size in the parameters; typed
+     * contents (never produced by tpud) stay JSON, which clients tell by the missing size. */
+    const ProtobufCBinaryData *raw =
+        resp->n_raw_output_contents ? &resp->raw_output_contents[i] : NULL;
+    int bin = raw && binary && binary[i];
+    if (raw && dt->size && raw->len != count * dt->size) {
+      char s[128];
+      format_shape(s, sizeof s, o->shape, o->n_shape);
+      st = fail(err, errlen, TPU_OIP_JSON_INVALID,
+                "%s: shape %s needs %zu bytes of %s data, got %zu", what, s, count * dt->size,
+                dt->name, raw->len);
+      goto fail;
+    }
+    if (o->n_parameters || bin) {
       tpu_buf_adds(&b, ",\"parameters\":");
       st = format_params(&e, &b, o->n_parameters, (param_entry_t *const *)o->parameters, what);
       if (st != TPU_OIP_JSON_OK) goto fail;
+      if (bin) {
+        if (!b.oom) b.len--; /* reopen the object: the size is its last member */
+        tpu_buf_adds(&b, o->n_parameters ? ",\"binary_data_size\":" : "\"binary_data_size\":");
+        sb_i64(&b, (int64_t)raw->len);
+        tpu_buf_add(&b, "}", 1);
+      }
+    }
+    if (bin) {
+      if (!dt->size && (st = bytes_check(&e, raw->data, raw->len, count, what)) != TPU_OIP_JSON_OK)
+        goto fail;
+      tpu_buf_add(&b, "}", 1);
+      continue;
     }
     tpu_buf_adds(&b, ",\"data\":");
-    if (resp->n_raw_output_contents) {
-      const ProtobufCBinaryData *raw = &resp->raw_output_contents[i];
-      if (dt->size && raw->len != count * dt->size) {
-        char s[128];
-        format_shape(s, sizeof s, o->shape, o->n_shape);
-        st = fail(err, errlen, TPU_OIP_JSON_INVALID,
-                  "%s: shape %s needs %zu bytes of %s data, got %zu", what, s, count * dt->size,
-                  dt->name, raw->len);
-        goto fail;
-      }
+    if (raw) {
       st = format_raw_data(&e, &b, dt, raw->data, raw->len, count, what);
     } else {
       char s[128];
@@ -1525,11 +1683,15 @@ tpu_oip_json_status_t tpu_oip_json_infer_response_format(const Inference__ModelI
     tpu_buf_add(&b, "}", 1);
   }
   tpu_buf_adds(&b, "]}");
+  if (json_len) *json_len = b.len;
+  for (size_t i = 0; binary && i < resp->n_raw_output_contents; i++)
+    if (binary[i] && resp->raw_output_contents[i].len)
+      tpu_buf_add(&b, resp->raw_output_contents[i].data, resp->raw_output_contents[i].len);
   if (b.oom) {
     st = nomem(err, errlen);
     goto fail;
   }
-  *out = tpu_buf_detach(&b, NULL);
+  *out = tpu_buf_detach(&b, out_len);
   return TPU_OIP_JSON_OK;
 
 fail:
@@ -1537,12 +1699,24 @@ fail:
   return st;
 }
 
+tpu_oip_json_status_t tpu_oip_json_infer_response_format(const Inference__ModelInferResponse *resp,
+                                                         char **out, char *err, size_t errlen) {
+  return format_response(resp, NULL, out, NULL, NULL, err, errlen);
+}
+
+tpu_oip_json_status_t tpu_oip_json_infer_response_format_binary(
+    const Inference__ModelInferResponse *resp, const unsigned char *binary, char **out,
+    size_t *out_len, size_t *json_len, char *err, size_t errlen) {
+  if (!out_len || !json_len) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no length pointers");
+  return format_response(resp, binary, out, out_len, json_len, err, errlen);
+}
+
 tpu_oip_json_status_t tpu_oip_json_tensor_format(const char *datatype, const int64_t *shape,
                                                  size_t rank, const void *data, size_t nbytes,
                                                  char **out, char *err, size_t errlen) {
   if (!out) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no output pointer");
   *out = NULL;
-  ectx_t e = {err, errlen};
+  ectx_t e = {err, errlen, NULL, 0, 0};
   const dtype_t *dt = dtype_find(datatype);
   if (!dt)
     return fail(err, errlen, TPU_OIP_JSON_INVALID, "tensor: unknown datatype \"%.32s\"",

@@ -16,7 +16,8 @@
  * "0.10000000149011612"). NaN and infinities, which JSON cannot express (RFC 8259 section 6;
  * the OIP types data as JSON numbers), make the conversion fail with INVALID and a message
  * naming the element: never null (a number silently lost) nor bare NaN/Infinity tokens (text
- * that is not JSON, as Triton writes).
+ * that is not JSON, as Triton writes). Tensors in Triton's binary form (the _binary functions)
+ * are bytes, not JSON, and carry them.
  *
  * Limits: nesting depth is checked on the text before jansson builds anything, so a hostile body
  * of a million '[' costs a scan, not a million allocations. Element counts are checked against
@@ -98,6 +99,22 @@ tpu_oip_json_status_t tpu_oip_json_infer_request_parse(const char *text, size_t 
                                                        Inference__ModelInferRequest **out,
                                                        char *err, size_t errlen);
 
+/*
+ * Triton's binary tensor extension: body[0..json_len) is the JSON request (json_len is the
+ * Inference-Header-Content-Length header's value), body[json_len..len) the binary section. An
+ * input with parameters.binary_data_size and no "data" takes the next that many bytes of the
+ * section, inputs in order; the size must match shape and datatype exactly (BYTES: the shape's
+ * count of elements, each a 4-byte little-endian length and its bytes), checked before anything
+ * is allocated, and the sizes must add up to the whole section. An input with both "data" and
+ * binary_data_size, a size beyond what is left, bytes left over, json_len beyond len: INVALID
+ * with a message naming the input. Other inputs carry "data" as usual. The single-pass parser
+ * is not used here. NaN and infinities travel in binary (only JSON cannot carry them).
+ */
+tpu_oip_json_status_t tpu_oip_json_infer_request_parse_binary(
+    const char *body, size_t len, size_t json_len, const char *model_name,
+    const char *model_version, const tpu_oip_json_limits_t *limits,
+    Inference__ModelInferRequest **out, char *err, size_t errlen);
+
 /* As tpu_oip_json_infer_request_parse, from an already parsed JSON value (depth not rechecked). */
 tpu_oip_json_status_t tpu_oip_json_infer_request_from_json(const json_t *root,
                                                            const char *model_name,
@@ -115,6 +132,18 @@ tpu_oip_json_status_t tpu_oip_json_infer_request_from_json(const json_t *root,
  */
 tpu_oip_json_status_t tpu_oip_json_infer_response_format(const Inference__ModelInferResponse *resp,
                                                          char **out, char *err, size_t errlen);
+
+/*
+ * As tpu_oip_json_infer_response_format, with the binary tensor extension: each output i with
+ * binary[i] set (binary has n_outputs flags) and raw contents is written without "data", with
+ * "parameters": {..., "binary_data_size": N}, and its N raw bytes follow the JSON, outputs in
+ * order. *out (malloc'd) holds *out_len bytes, the first *json_len of them the JSON (the
+ * Inference-Header-Content-Length of the answer). Outputs that travel in binary may hold NaN
+ * and infinities; BYTES outputs are checked to hold exactly their shape's element count.
+ */
+tpu_oip_json_status_t tpu_oip_json_infer_response_format_binary(
+    const Inference__ModelInferResponse *resp, const unsigned char *binary, char **out,
+    size_t *out_len, size_t *json_len, char *err, size_t errlen);
 
 /* A dense tensor decoded from JSON: raw little-endian bytes in its datatype's layout. */
 typedef struct {

@@ -72,10 +72,11 @@ static void serve_model_ready(tpu__call_t *call) {
 
 static void serve_server_metadata(tpu__call_t *call) {
   Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
-  char *ext[] = {"tpud_matmul", "tpud_repository_index", "tpud_debug"};
+  /* Triton's names for the extensions of Triton's that tpud implements ("binary_tensor_data": HTTP). */
+  char *ext[] = {"binary_tensor_data", "tpud_matmul", "tpud_repository_index", "tpud_debug"};
   r.name = TPUD_SERVER_NAME;
   r.version = TPUD_SERVER_VERSION;
-  r.n_extensions = 3;
+  r.n_extensions = sizeof ext / sizeof *ext;
   r.extensions = ext;
   tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
 }

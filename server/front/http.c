@@ -126,6 +126,8 @@ struct tpu__http_slot {
   int gzip_ok;           /* the request's Accept-Encoding takes gzip */
   int body_read;         /* its body was read whole: a refusal of its coding (413, 415, 400)
                           * leaves the stream in step, the connection stays */
+  int binary;            /* the request sent Inference-Header-Content-Length (binary tensors) */
+  uint64_t json_len;     /* its value: the JSON part of the (decoded) body, bytes */
 };
 
 /* One client connection (I/O thread only). */
@@ -182,7 +184,8 @@ static hslot_t *slot_new(hconn_t *c) {
   s->next = NULL;
   s->conn = c;
   s->call = NULL;
-  s->ready = s->head_only = s->close = s->body_read = s->gzip_ok = 0;
+  s->ready = s->head_only = s->close = s->body_read = s->gzip_ok = s->binary = 0;
+  s->json_len = 0;
   s->minor = 1;
   if (c->tail)
     c->tail->next = s;
@@ -464,6 +467,52 @@ static json_t *answer_json(const tpu__call_t *call, const char *note,
   return j;
 }
 
+/* The value of a boolean parameter `key` in a parameters map: 1 or 0, or -1 when absent (or
+ * not a boolean). */
+static int bool_param(size_t n, Inference__ModelInferRequest__ParametersEntry *const *arr,
+                      const char *key) {
+  for (size_t i = 0; i < n; i++)
+    if (arr[i]->key && strcmp(arr[i]->key, key) == 0 && arr[i]->value &&
+        arr[i]->value->parameter_choice_case ==
+            INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM)
+      return arr[i]->value->bool_param ? 1 : 0;
+  return -1;
+}
+
+static unsigned char no_binary_mark;
+#define NO_BINARY (&no_binary_mark)
+
+/*
+ * Which outputs of an infer answer go in binary (Triton's extension): a requested output's
+ * `binary_data` parameter, else the request's `binary_data_output`. Returns NO_BINARY when none
+ * does, a malloc'd flag per response output otherwise, NULL when out of memory.
+ */
+static unsigned char *binary_outputs(const Inference__ModelInferRequest *q,
+                                     const Inference__ModelInferResponse *resp) {
+  if (!q || !resp || resp->n_outputs == 0) return NO_BINARY;
+  int all = bool_param(q->n_parameters, q->parameters, "binary_data_output") == 1;
+  int any = all;
+  for (size_t j = 0; !any && j < q->n_outputs; j++)
+    any = bool_param(q->outputs[j]->n_parameters,
+                     (Inference__ModelInferRequest__ParametersEntry *const *)q->outputs[j]->parameters,
+                     "binary_data") == 1;
+  if (!any) return NO_BINARY;
+  unsigned char *bin = malloc(resp->n_outputs);
+  if (!bin) return NULL;
+  for (size_t i = 0; i < resp->n_outputs; i++) {
+    int b = -1;
+    const char *name = resp->outputs[i] ? resp->outputs[i]->name : NULL;
+    for (size_t j = 0; name && j < q->n_outputs && b < 0; j++)
+      if (q->outputs[j]->name && strcmp(q->outputs[j]->name, name) == 0)
+        b = bool_param(q->outputs[j]->n_parameters,
+                       (Inference__ModelInferRequest__ParametersEntry *const *)q->outputs[j]
+                           ->parameters,
+                       "binary_data");
+    bin[i] = (unsigned char)(b < 0 ? all : b);
+  }
+  return bin;
+}
+
 static void origin_respond(tpu__call_t *call, int code, const char *msg,
                            const ProtobufCMessage *payload) {
   hslot_t *s = call->slot;
@@ -480,13 +529,29 @@ static void origin_respond(tpu__call_t *call, int code, const char *msg,
     return;
   }
   if (call->method->method == TPUD__METHOD__MODEL_INFER) {
+    const Inference__ModelInferResponse *resp = (const Inference__ModelInferResponse *)payload;
+    unsigned char *bin = binary_outputs((const Inference__ModelInferRequest *)call->request, resp);
     char *text = NULL, err[256];
-    if (tpu_oip_json_infer_response_format((const Inference__ModelInferResponse *)payload, &text,
-                                           err, sizeof err) != TPU_OIP_JSON_OK) {
-      send_error(s, 500, err, call->received_us);
+    size_t len = 0, json_len = 0;
+    tpu_oip_json_status_t st =
+        bin == NO_BINARY
+            ? tpu_oip_json_infer_response_format(resp, &text, err, sizeof err)
+            : bin ? tpu_oip_json_infer_response_format_binary(resp, bin, &text, &len, &json_len,
+                                                               err, sizeof err)
+                  : TPU_OIP_JSON_NOMEM;
+    if (bin != NO_BINARY) free(bin);
+    if (st != TPU_OIP_JSON_OK) {
+      send_error(s, 500, st == TPU_OIP_JSON_NOMEM ? "out of memory" : err, call->received_us);
       return;
     }
-    send_owned(s, 200, text, strlen(text), NULL, call->received_us);
+    if (bin == NO_BINARY) {
+      send_owned(s, 200, text, strlen(text), NULL, call->received_us);
+      return;
+    }
+    char hdr[64];
+    snprintf(hdr, sizeof hdr, "Inference-Header-Content-Length: %zu\r\n", json_len);
+    reply(s, 200, "application/octet-stream", text, len, hdr, call->received_us);
+    free(text);
     return;
   }
   int status;
@@ -533,8 +598,14 @@ static int decode_infer(const tpu__request_t *r, ProtobufCMessage **out, char *m
   tpu_oip_json_limits_t lim = {.max_depth = TPU_OIP_JSON_DEFAULT_MAX_DEPTH,
                                .max_bytes = s->conn->origin.srv->cfg.http_max_body_bytes};
   Inference__ModelInferRequest *q = NULL;
-  tpu_oip_json_status_t jst = tpu_oip_json_infer_request_parse(
-      r->body_len ? r->body : "", r->body_len, r->model, r->version, &lim, &q, err, sizeof err);
+  tpu_oip_json_status_t jst =
+      s->binary ? tpu_oip_json_infer_request_parse_binary(
+                      r->body_len ? r->body : "", r->body_len,
+                      s->json_len > SIZE_MAX ? SIZE_MAX : (size_t)s->json_len, r->model,
+                      r->version, &lim, &q, err, sizeof err)
+                : tpu_oip_json_infer_request_parse(r->body_len ? r->body : "", r->body_len,
+                                                   r->model, r->version, &lim, &q, err,
+                                                   sizeof err);
   if (jst != TPU_OIP_JSON_OK) {
     snprintf(msg, msglen, "%s: %s", tpu_oip_json_strerror(jst), err);
     return jst == TPU_OIP_JSON_TOO_LARGE ? TPU_CODE_RESOURCE_EXHAUSTED
@@ -612,6 +683,8 @@ static void route(tpu__io_t *io, hslot_t *req, const tpu_http_request_t *hr, con
   }
   tpu__endpoint_t e = tpu__http_match(seg, n < 0 ? 0 : n);
   req->had_authz = hr->authorization != NULL;
+  req->binary = hr->has_infer_header;
+  req->json_len = hr->infer_header_len;
   tpu__request_t r = {.method = e.method, .slot = req, .received_us = t0,
                       .peer = {.peer = c->sock.peer,
                                .cert_cn = c->sock.cert_cn[0] ? c->sock.cert_cn : NULL,

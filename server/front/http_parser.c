@@ -27,6 +27,18 @@ static int ieq(const char *a, size_t alen, const char *lit) {
   return 1;
 }
 
+/* A header value that is a decimal count of 1 to 19 digits (so it fits uint64_t). */
+static int decimal(const char *v, size_t n, uint64_t *out) {
+  if (n == 0 || n > 19) return 0;
+  uint64_t x = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (v[i] < '0' || v[i] > '9') return 0;
+    x = x * 10 + (uint64_t)(v[i] - '0');
+  }
+  *out = x;
+  return 1;
+}
+
 /* Accept-Encoding (RFC 9110 12.5.3): whether gzip is acceptable. "gzip" or "x-gzip" with q > 0
  * says yes, with q=0 no; otherwise "*" with q > 0 says yes. */
 static int accepts_gzip(const char *v, size_t n) {
@@ -169,13 +181,8 @@ tpu_http_parse_result_t tpu_http_parse_request(const char *buf, size_t len,
     switch (nlen) {
     case 14:
       if (ieq(n, nlen, "content-length")) {
-        if (vlen == 0 || vlen > 19) return bad(r, 400, "Content-Length: expected a decimal byte count");
-        uint64_t x = 0;
-        for (size_t i = 0; i < vlen; i++) {
-          if (v[i] < '0' || v[i] > '9')
-            return bad(r, 400, "Content-Length: expected a decimal byte count");
-          x = x * 10 + (uint64_t)(v[i] - '0');
-        }
+        uint64_t x;
+        if (!decimal(v, vlen, &x)) return bad(r, 400, "Content-Length: expected a decimal byte count");
         if (has_cl && x != cl) return bad(r, 400, "Content-Length given twice with different values");
         has_cl = 1;
         cl = x;
@@ -211,6 +218,17 @@ tpu_http_parse_result_t tpu_http_parse_request(const char *buf, size_t len,
       if (ieq(n, nlen, "connection")) {
         if (tpu_token_list_has(v, vlen, "close")) conn_close = 1;
         if (tpu_token_list_has(v, vlen, "keep-alive")) conn_keep = 1;
+      }
+      break;
+    case 31:
+      if (ieq(n, nlen, "inference-header-content-length")) {
+        uint64_t x;
+        if (!decimal(v, vlen, &x))
+          return bad(r, 400, "Inference-Header-Content-Length: expected a decimal byte count");
+        if (r->has_infer_header && x != r->infer_header_len)
+          return bad(r, 400, "Inference-Header-Content-Length given twice with different values");
+        r->has_infer_header = 1;
+        r->infer_header_len = x;
       }
       break;
     case 6:

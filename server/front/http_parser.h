@@ -75,6 +75,10 @@ typedef struct {
   const char *authorization; /* the Authorization header's value (the first one), or NULL */
   size_t authorization_len;
   size_t authorization_count; /* Authorization headers in the request: more than 1 is refused */
+  int has_infer_header;    /* 1: "Inference-Header-Content-Length" was sent (Triton's binary
+                            * tensor extension: the body is JSON of that many bytes, then the
+                            * binary tensor data) */
+  uint64_t infer_header_len; /* its value, bytes; checked against the decoded body by the caller */
   /* On TPU_HTTP_PARSE_ERROR: */
   int status;              /* 400, 413, 417, 431, 501, 505 */
   const char *error;       /* a static message saying what was wrong */

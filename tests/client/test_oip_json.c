@@ -958,6 +958,208 @@ static void test_tensor_decode_format(void) {
   CU_ASSERT_EQUAL(tpu_oip_datatype_size(NULL), 0);
 }
 
+/* ---- Triton's binary tensor extension ---- */
+
+/* Parses json + bin[0..blen) with the JSON's length as the header would give it. */
+static tpu_oip_json_status_t parse_bin(const char *json, const void *bin, size_t blen,
+                                       Inference__ModelInferRequest **req) {
+  size_t jl = strlen(json);
+  char *body = malloc(jl + blen + 1);
+  memcpy(body, json, jl);
+  if (blen) memcpy(body + jl, bin, blen);
+  err[0] = '\0';
+  tpu_oip_json_status_t st = tpu_oip_json_infer_request_parse_binary(body, jl + blen, jl, "m", "2",
+                                                                     NULL, req, err, sizeof err);
+  free(body);
+  return st;
+}
+
+static void expect_bin_error(const char *json, const void *bin, size_t blen, const char *want) {
+  Inference__ModelInferRequest *req = (Inference__ModelInferRequest *)1;
+  CU_ASSERT_EQUAL(parse_bin(json, bin, blen, &req), TPU_OIP_JSON_INVALID);
+  CU_ASSERT_PTR_NULL(req);
+  if (!strstr(err, want)) {
+    printf("\n  body: %s\n  want: %s\n  got:  %s\n", json, want, err);
+    CU_FAIL("error message does not say what was expected");
+  }
+}
+
+static void test_binary_request(void) {
+  /* Two binary inputs (FP32 with NaN and infinity, BYTES) around one JSON input. */
+  float x[4] = {1.5f, NAN, INFINITY, -0.0f};
+  uint8_t sec[16 + 4 + 2 + 4 + 0];
+  memcpy(sec, x, 16);
+  memcpy(sec + 16, "\x02\x00\x00\x00" "ab" "\x00\x00\x00\x00", 10);
+  const char *json =
+      "{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[2,2],"
+      "\"parameters\":{\"binary_data_size\":16}},"
+      "{\"name\":\"ids\",\"datatype\":\"INT64\",\"shape\":[1],\"data\":[7]},"
+      "{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[2],"
+      "\"parameters\":{\"binary_data_size\":10}}],"
+      "\"parameters\":{\"binary_data_output\":true}}";
+  Inference__ModelInferRequest *req = NULL;
+  tpu_oip_json_status_t st = parse_bin(json, sec, sizeof sec, &req);
+  if (st != TPU_OIP_JSON_OK) printf("\n  %s\n", err);
+  CU_ASSERT_EQUAL_FATAL(st, TPU_OIP_JSON_OK);
+  CU_ASSERT_EQUAL_FATAL(req->n_raw_input_contents, 3);
+  CU_ASSERT_EQUAL(req->raw_input_contents[0].len, 16);
+  CU_ASSERT_EQUAL(memcmp(req->raw_input_contents[0].data, x, 16), 0);
+  int64_t seven = 7;
+  CU_ASSERT_EQUAL(req->raw_input_contents[1].len, 8);
+  CU_ASSERT_EQUAL(memcmp(req->raw_input_contents[1].data, &seven, 8), 0);
+  CU_ASSERT_EQUAL(req->raw_input_contents[2].len, 10);
+  CU_ASSERT_EQUAL(memcmp(req->raw_input_contents[2].data, sec + 16, 10), 0);
+  CU_ASSERT_EQUAL(req->inputs[0]->n_shape, 2);
+  CU_ASSERT_EQUAL(req->n_parameters, 1);
+  inference__model_infer_request__free_unpacked(req, NULL);
+
+  /* An empty tensor takes no bytes; the header with no binary section is fine. */
+  req = NULL;
+  CU_ASSERT_EQUAL(parse_bin("{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[0,4],"
+                            "\"parameters\":{\"binary_data_size\":0}}]}",
+                            NULL, 0, &req),
+                  TPU_OIP_JSON_OK);
+  CU_ASSERT_EQUAL(req->raw_input_contents[0].len, 0);
+  inference__model_infer_request__free_unpacked(req, NULL);
+  req = NULL;
+  CU_ASSERT_EQUAL(parse_bin("{\"inputs\":[{\"name\":\"x\",\"datatype\":\"INT8\",\"shape\":[2],"
+                            "\"data\":[1,2]}]}",
+                            NULL, 0, &req),
+                  TPU_OIP_JSON_OK);
+  inference__model_infer_request__free_unpacked(req, NULL);
+}
+
+static void test_binary_request_errors(void) {
+  uint8_t sec[64] = {0};
+  const char *fp = "{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[2,2],"
+                   "\"parameters\":{\"binary_data_size\":%s}}]}";
+  char json[512];
+  snprintf(json, sizeof json, fp, "15");
+  expect_bin_error(json, sec, 15, "inputs[0].parameters.binary_data_size: 15 bytes, expected 16 "
+                                  "for shape [2,2] of FP32 (4 bytes each)");
+  snprintf(json, sizeof json, fp, "16");
+  expect_bin_error(json, sec, 12, "16 bytes, but only 12 bytes of binary data are left");
+  expect_bin_error(json, sec, 20, "binary data: 20 bytes follow the JSON header, but the inputs' "
+                                  "binary_data_size parameters account for 16");
+  snprintf(json, sizeof json, fp, "-1");
+  expect_bin_error(json, sec, 16, "binary_data_size: expected a non-negative integer, got");
+  snprintf(json, sizeof json, fp, "\"16\"");
+  expect_bin_error(json, sec, 16, "binary_data_size: expected a non-negative integer, got a string");
+  /* Both data and a binary size. */
+  expect_bin_error("{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1],\"data\":[1],"
+                   "\"parameters\":{\"binary_data_size\":4}}]}",
+                   sec, 4, "inputs[0]: has both \"data\" and parameters.binary_data_size");
+  /* Bytes with no input to take them. */
+  expect_bin_error("{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1],"
+                   "\"data\":[1]}]}",
+                   sec, 4, "binary data: 4 bytes follow the JSON header");
+  /* BYTES whose prefixes do not fit the shape. */
+  uint8_t b1[] = {3, 0, 0, 0, 'a', 'b', 'c', 9, 0, 0, 0, 'x'};
+  expect_bin_error("{\"inputs\":[{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[2],"
+                   "\"parameters\":{\"binary_data_size\":12}}]}",
+                   b1, sizeof b1, "inputs[0]: binary BYTES element 1 claims 9 bytes, 1 remain");
+  expect_bin_error("{\"inputs\":[{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[1],"
+                   "\"parameters\":{\"binary_data_size\":12}}]}",
+                   b1, sizeof b1, "5 bytes of binary BYTES data left over after the 1 elements");
+  expect_bin_error("{\"inputs\":[{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[3],"
+                   "\"parameters\":{\"binary_data_size\":7}}]}",
+                   b1, 7, "binary BYTES data ends at element 1 of the 3");
+  /* A huge claimed size allocates nothing: it is checked against what was sent. */
+  snprintf(json, sizeof json, fp, "9223372036854775807");
+  expect_bin_error(json, sec, 16, "9223372036854775807 bytes, but only 16 bytes");
+  /* Header beyond the body; and without the header a binary size with no data says so. */
+  Inference__ModelInferRequest *req = (Inference__ModelInferRequest *)1;
+  CU_ASSERT_EQUAL(tpu_oip_json_infer_request_parse_binary("{}", 2, 3, "m", NULL, NULL, &req, err,
+                                                          sizeof err),
+                  TPU_OIP_JSON_INVALID);
+  CU_ASSERT_PTR_NULL(req);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "Inference-Header-Content-Length: 3 bytes, but the body "
+                                     "has only 2"));
+  snprintf(json, sizeof json, fp, "16");
+  expect_error(json, TPU_OIP_JSON_INVALID,
+               "inputs[0].parameters.binary_data_size: the request has no binary data (send the "
+               "JSON header's length in Inference-Header-Content-Length");
+  /* The JSON part is still JSON, and still limited in depth. */
+  expect_bin_error("{\"inputs\":[]}", sec, 4, "inputs: expected a non-empty array");
+  Inference__ModelInferRequest *r2 = (Inference__ModelInferRequest *)1;
+  CU_ASSERT_EQUAL(tpu_oip_json_infer_request_parse_binary("{\"inputs\":x}\x01", 13, 12, "m", NULL,
+                                                          NULL, &r2, err, sizeof err),
+                  TPU_OIP_JSON_SYNTAX);
+  CU_ASSERT_PTR_NULL(r2);
+}
+
+static void test_binary_response(void) {
+  float f32[3] = {0.5f, NAN, -INFINITY};
+  uint8_t bytes[] = {2, 0, 0, 0, 'o', 'k', 1, 0, 0, 0, 0xff};
+  int64_t i64[1] = {-3};
+  int64_t s3[] = {3}, s2[] = {2}, s1[] = {1};
+  Inference__ModelInferResponse__InferOutputTensor *outs[] = {
+      out_tensor("probs", "FP32", s3, 1), out_tensor("ids", "INT64", s1, 1),
+      out_tensor("s", "BYTES", s2, 1)};
+  /* An output parameter already there keeps its place before the size. */
+  Inference__InferParameter pv = INFERENCE__INFER_PARAMETER__INIT;
+  pv.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+  pv.int64_param = 2;
+  Inference__ModelInferResponse__InferOutputTensor__ParametersEntry pe =
+      INFERENCE__MODEL_INFER_RESPONSE__INFER_OUTPUT_TENSOR__PARAMETERS_ENTRY__INIT;
+  pe.key = "k";
+  pe.value = &pv;
+  Inference__ModelInferResponse__InferOutputTensor__ParametersEntry *pes[] = {&pe};
+  outs[2]->parameters = pes;
+  outs[2]->n_parameters = 1;
+  ProtobufCBinaryData raw[] = {{sizeof f32, (uint8_t *)f32}, {8, (uint8_t *)i64},
+                               {sizeof bytes, bytes}};
+  Inference__ModelInferResponse resp = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+  resp.model_name = "m";
+  resp.outputs = outs;
+  resp.n_outputs = 3;
+  resp.raw_output_contents = raw;
+  resp.n_raw_output_contents = 3;
+  unsigned char bin[3] = {1, 0, 1};
+  char *text = NULL;
+  size_t len = 0, jl = 0;
+  tpu_oip_json_status_t st =
+      tpu_oip_json_infer_response_format_binary(&resp, bin, &text, &len, &jl, err, sizeof err);
+  if (st != TPU_OIP_JSON_OK) printf("\n  %s\n", err);
+  CU_ASSERT_EQUAL_FATAL(st, TPU_OIP_JSON_OK);
+  const char *want = "{\"model_name\":\"m\",\"outputs\":["
+                     "{\"name\":\"probs\",\"datatype\":\"FP32\",\"shape\":[3],"
+                     "\"parameters\":{\"binary_data_size\":12}},"
+                     "{\"name\":\"ids\",\"datatype\":\"INT64\",\"shape\":[1],\"data\":[-3]},"
+                     "{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[2],"
+                     "\"parameters\":{\"k\":2,\"binary_data_size\":11}}]}";
+  CU_ASSERT_EQUAL(jl, strlen(want));
+  CU_ASSERT_EQUAL(len, strlen(want) + 12 + 11);
+  if (jl != strlen(want) || memcmp(text, want, jl) != 0) {
+    printf("\n  want: %s\n  got:  %.*s\n", want, (int)jl, text);
+    CU_FAIL("binary response header differs");
+  }
+  CU_ASSERT_EQUAL(memcmp(text + jl, f32, 12), 0);
+  CU_ASSERT_EQUAL(memcmp(text + jl + 12, bytes, 11), 0);
+  free(text);
+
+  /* The same answer in JSON fails on the NaN; all flags clear gives exactly the JSON form. */
+  unsigned char none[3] = {0, 0, 0};
+  text = NULL;
+  CU_ASSERT_EQUAL(tpu_oip_json_infer_response_format_binary(&resp, none, &text, &len, &jl, err,
+                                                            sizeof err),
+                  TPU_OIP_JSON_INVALID);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "outputs[0] 'probs': element 1 is NaN"));
+
+  /* A BYTES output whose data does not hold its shape's elements is refused in binary too. */
+  int64_t s3b[] = {3};
+  outs[2]->shape = s3b;
+  text = NULL;
+  CU_ASSERT_EQUAL(tpu_oip_json_infer_response_format_binary(&resp, bin, &text, &len, &jl, err,
+                                                            sizeof err),
+                  TPU_OIP_JSON_INVALID);
+  CU_ASSERT_PTR_NULL(text);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "outputs[2] 's': BYTES data ends inside element 2"));
+  outs[2]->shape = s2;
+  outs[2]->n_parameters = 0;
+  outs[2]->parameters = NULL;
+}
+
 TPU_TEST_SUITE(oip_json,
                {"flat FP32 request, id echo, packs as protobuf", test_flat_fp32},
                {"nested data equals flat data", test_nested_equals_flat},
@@ -975,4 +1177,8 @@ TPU_TEST_SUITE(oip_json,
                {"tensor decode and format (matmul)", test_tensor_decode_format},
                {"fast path builds what the jansson path builds", test_fast_path_equals_jansson},
                {"fast path on mutated bodies: agrees or declines", test_fast_path_mutations},
-               {"zero_dim_nested_null_offset (fuzz regression)", test_zero_dim_nested_null_offset})
+               {"zero_dim_nested_null_offset (fuzz regression)", test_zero_dim_nested_null_offset},
+               {"binary tensors: request inputs from the binary section", test_binary_request},
+               {"binary tensors: request sizes checked, errors name the input",
+                test_binary_request_errors},
+               {"binary tensors: response outputs after the JSON header", test_binary_response})

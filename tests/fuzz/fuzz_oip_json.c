@@ -3,12 +3,13 @@
  *
  * DESIGN
  * Byte 0 picks the mode; the rest is the input.
- *  - Even: the rest is an infer request body. When it parses, every input is sent back as an
+ *  - 0 modulo 4: the rest is an infer request body. When it parses, every input is sent back as an
  *    output of a ModelInferResponse (raw contents as the request's raw inputs), formatted,
  *    and the text is checked against the bytes: it must be JSON, and each element must read
  *    back as the value it came from (integers exactly, floats to the same float, BYTES to the
  *    same string). Then the formatted outputs are parsed again as request inputs: the raw bytes
  *    must come back identical.
+ *  - 2 modulo 4: the rest is a body in Triton's binary tensor form (binary_mode says how).
  *  - Odd: the rest is a serialized ModelInferResponse (what the engine side hands the HTTP
  *    endpoint), formatted; on success the text is checked against the bytes as above. Random
  *    raw bytes make every float bit pattern reach the shortest-float printer.
@@ -278,6 +279,84 @@ static void request_mode(const uint8_t *data, size_t size) {
   inference__model_infer_request__free_unpacked(q, NULL);
 }
 
+/*
+ * Binary tensors: two bytes give the JSON header's length (modulo the size), the rest is body.
+ * When it parses, the inputs go back as outputs, every one binary (NaN and infinities allowed:
+ * no JSON carries them), and the answer parsed again as a binary request must give the very
+ * same bytes; its binary_data_size parameters must add up to the section after the header.
+ */
+static void binary_mode(const uint8_t *data, size_t size) {
+  if (size < 2) return;
+  size_t jl = ((size_t)data[0] | (size_t)data[1] << 8) % (size - 1);
+  data += 2;
+  size -= 2;
+  tpu_oip_json_limits_t lim = {.max_depth = 0, .max_bytes = 1 << 20};
+  Inference__ModelInferRequest *q = NULL;
+  char err[256];
+  tpu_oip_json_status_t st = tpu_oip_json_infer_request_parse_binary(
+      (const char *)data, size, jl, "m", "1", &lim, &q, err, sizeof err);
+  if (st != TPU_OIP_JSON_OK) {
+    if (q || !memchr(err, 0, sizeof err) || !err[0]) abort();
+    return;
+  }
+  if (q->n_raw_input_contents != q->n_inputs) abort();
+  Inference__ModelInferResponse resp = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+  Inference__ModelInferResponse__InferOutputTensor *outs = calloc(q->n_inputs + 1, sizeof *outs);
+  Inference__ModelInferResponse__InferOutputTensor **outp = calloc(q->n_inputs + 1, sizeof *outp);
+  unsigned char *bin = malloc(q->n_inputs + 1);
+  for (size_t i = 0; i < q->n_inputs; i++) {
+    inference__model_infer_response__infer_output_tensor__init(&outs[i]);
+    outs[i].name = q->inputs[i]->name;
+    outs[i].datatype = q->inputs[i]->datatype;
+    outs[i].n_shape = q->inputs[i]->n_shape;
+    outs[i].shape = q->inputs[i]->shape;
+    outp[i] = &outs[i];
+    bin[i] = 1;
+  }
+  resp.model_name = q->model_name;
+  resp.n_outputs = q->n_inputs;
+  resp.outputs = outp;
+  resp.n_raw_output_contents = q->n_raw_input_contents;
+  resp.raw_output_contents = q->raw_input_contents;
+  char *text = NULL;
+  size_t len = 0, hl = 0;
+  if (tpu_oip_json_infer_response_format_binary(&resp, bin, &text, &len, &hl, err, sizeof err) !=
+      TPU_OIP_JSON_OK)
+    abort(); /* what the parser accepted, the formatter must write */
+  json_error_t jerr;
+  json_t *root = json_loadb(text, hl, 0, &jerr);
+  if (!root || hl > len) abort();
+  /* Back as a request: {"inputs": outputs} and the same binary section. */
+  json_t *body = json_object();
+  json_object_set(body, "inputs", json_object_get(root, "outputs"));
+  char *btext = json_dumps(body, JSON_COMPACT);
+  size_t bl = strlen(btext);
+  char *again = malloc(bl + (len - hl) + 1);
+  memcpy(again, btext, bl);
+  memcpy(again + bl, text + hl, len - hl);
+  Inference__ModelInferRequest *q2 = NULL;
+  if (tpu_oip_json_infer_request_parse_binary(again, bl + (len - hl), bl, "m", "1", NULL, &q2, err,
+                                              sizeof err) != TPU_OIP_JSON_OK)
+    abort();
+  if (q2->n_inputs != q->n_inputs) abort();
+  for (size_t i = 0; i < q->n_inputs; i++) {
+    const ProtobufCBinaryData *a = &q->raw_input_contents[i], *b = &q2->raw_input_contents[i];
+    if (a->len != b->len || (a->len && memcmp(a->data, b->data, a->len)) ||
+        strcmp(q->inputs[i]->datatype, q2->inputs[i]->datatype))
+      abort();
+  }
+  inference__model_infer_request__free_unpacked(q2, NULL);
+  free(again);
+  free(btext);
+  json_decref(body);
+  json_decref(root);
+  free(text);
+  free(bin);
+  free(outs);
+  free(outp);
+  inference__model_infer_request__free_unpacked(q, NULL);
+}
+
 static void response_mode(const uint8_t *data, size_t size) {
   Inference__ModelInferResponse *r = inference__model_infer_response__unpack(NULL, size, data);
   if (!r) return;
@@ -290,6 +369,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   if (data[0] & 1) response_mode(data + 1, size - 1);
+  else if (data[0] & 2) binary_mode(data + 1, size - 1);
   else request_mode(data + 1, size - 1);
   return 0;
 }

@@ -136,7 +136,7 @@ write("fuzz_validate", "matmul_fp32", b"\x02" + matmul)
 write("fuzz_validate", "matmul_int8", b"\x02" + matmul_i8)
 write("fuzz_validate", "matmul_limit", b"\x82" + matmul)
 
-# fuzz_oip_json: byte 0 even = request body, odd = ModelInferResponse protobuf.
+# fuzz_oip_json: byte 0 0 = request body, 2 = binary-tensor body, odd = ModelInferResponse protobuf.
 bodies = {
     "fp32_flat": {"id": "r1", "inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [0.1, -2.5, 3e-39, 1e38]}]},
     "fp32_nested": {"inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32", "data": [[1, 2], [3, 4.5]]}], "outputs": [{"name": "probs"}]},
@@ -156,6 +156,22 @@ bodies = {
 for name, body in bodies.items():
     write("fuzz_oip_json", name, b"\x00" + json.dumps(body, ensure_ascii=False).encode())
 write("fuzz_oip_json", "deep", b"\x00" + b'{"inputs":' + b"[" * 40 + b"]" * 40 + b"}")
+# byte 0 = 2: binary tensors (2-byte little-endian JSON length, JSON, binary section).
+def binary_body(inputs):
+    head, blobs = {"inputs": []}, b""
+    for name, dt, shape, raw in inputs:
+        t = {"name": name, "datatype": dt, "shape": shape}
+        if raw is None:
+            t["data"] = [1] * (shape[0] if shape else 1)
+        else:
+            t["parameters"] = {"binary_data_size": len(raw)}
+            blobs += raw
+        head["inputs"].append(t)
+    h = json.dumps(head).encode()
+    return b"\x02" + struct.pack("<H", len(h)) + h + blobs
+write("fuzz_oip_json", "bin_fp32_nan", binary_body([("x", "FP32", [1, 3], f32s([float("nan"), float("inf"), 0.5]))]))
+write("fuzz_oip_json", "bin_mixed", binary_body([("a", "INT64", [2], struct.pack("<2q", -1, 7)), ("b", "INT8", [2], None),
+                                                 ("s", "BYTES", [2], struct.pack("<I", 2) + b"ok" + struct.pack("<I", 0))]))
 write("fuzz_oip_json", "resp_raw", b"\x01" + f_str(1, "digits") + f_str(2, "1") + f_str(3, "r1") +
       f_bytes(5, f_str(1, "probs") + f_str(2, "FP32") + f_packed(3, [1, 4])) + f_bytes(6, f32s([0.1, 1e-45, 3.4028235e38, -0.0])))
 write("fuzz_oip_json", "resp_typed", b"\x01" + f_str(1, "m") +

@@ -260,7 +260,8 @@ static void test_server_live_and_metadata(void) {
   if (md) {
     CU_ASSERT_STRING_EQUAL(md->name, TPUD_SERVER_NAME);
     CU_ASSERT_STRING_EQUAL(md->version, TPUD_SERVER_VERSION);
-    CU_ASSERT_EQUAL(md->n_extensions, 3);
+    CU_ASSERT_EQUAL(md->n_extensions, 4);
+    if (md->n_extensions) CU_ASSERT_STRING_EQUAL(md->extensions[0], "binary_tensor_data");
     protobuf_c_message_free_unpacked(&md->base, NULL);
   }
 

@@ -58,6 +58,32 @@ static void test_authorization(void) {
   CU_ASSERT_EQUAL(r.authorization_count, 3u);
 }
 
+static void test_inference_header(void) {
+  tpu_http_request_t r;
+  CU_ASSERT_EQUAL(parse("POST / HTTP/1.1\r\nContent-Length: 9\r\n\r\n", &r), TPU_HTTP_PARSE_OK);
+  CU_ASSERT_EQUAL(r.has_infer_header, 0);
+  CU_ASSERT_EQUAL(parse("POST / HTTP/1.1\r\nContent-Length: 9\r\n"
+                        "Inference-Header-Content-Length: 7\r\n\r\n", &r),
+                  TPU_HTTP_PARSE_OK);
+  CU_ASSERT_EQUAL(r.has_infer_header, 1);
+  CU_ASSERT_EQUAL(r.infer_header_len, 7u);
+  CU_ASSERT_EQUAL(parse("POST / HTTP/1.1\r\ninference-header-content-length: 0\r\n"
+                        "INFERENCE-HEADER-CONTENT-LENGTH: 0\r\n\r\n", &r),
+                  TPU_HTTP_PARSE_OK);
+  CU_ASSERT_EQUAL(r.infer_header_len, 0u);
+  const char *bad[] = {"Inference-Header-Content-Length: -1", "Inference-Header-Content-Length: ",
+                       "Inference-Header-Content-Length: 1x",
+                       "Inference-Header-Content-Length: 12345678901234567890",
+                       "Inference-Header-Content-Length: 1\r\nInference-Header-Content-Length: 2"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char req[256];
+    snprintf(req, sizeof req, "POST / HTTP/1.1\r\n%s\r\n\r\n", bad[i]);
+    CU_ASSERT_EQUAL(parse(req, &r), TPU_HTTP_PARSE_ERROR);
+    CU_ASSERT_EQUAL(r.status, 400);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.error, "Inference-Header-Content-Length"));
+  }
+}
+
 static void test_incomplete_at_every_cut(void) {
   const char *s = "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\n";
   size_t n = strlen(s);
@@ -371,5 +397,6 @@ TPU_TEST_SUITE(server_http_parser, {"complete", test_complete},
                {"chunked_errors", test_chunked_errors}, {"chunked_random", test_chunked_random},
                {"chunked_bare_lf_and_bws_smuggling", test_chunked_bare_lf_and_bws_smuggling},
                {"authorization", test_authorization},
+               {"inference_header", test_inference_header},
                {"incomplete_at_every_cut", test_incomplete_at_every_cut},
                {"errors", test_errors}, {"random_bytes", test_random_bytes})
