@@ -999,7 +999,14 @@ static void reconcile(tpu__repo_t *r, mstate_t *m) {
   for (size_t i = 0; i < m->nv; i++) {
     vstate_t *v = &m->v[i];
     char why[256];
-    if (v->inst && !want[i]) {
+    if (v->inst && !want[i] && v->unloaded) {
+      /* A version unloaded by request (its replacement, if any, was loaded above): with
+       * another version serving, its queued and in-flight requests finish here; with none,
+       * they fail UNAVAILABLE at once, as for unloading the model. */
+      int other = 0;
+      for (size_t k = 0; k < m->nv && !other; k++) other = k != i && m->v[k].inst && want[k];
+      retire_version(r, v, !other, "unloaded by request");
+    } else if (v->inst && !want[i]) {
       if (!v->disk_sig)
         snprintf(why, sizeof why, "its directory was removed");
       else
@@ -1248,7 +1255,9 @@ static void do_op(tpu__repo_t *r, tpu__repo_op_t *op) {
     }
     goto done;
   }
-  /* unload */
+  /* unload. One version: it is marked and reconcile does the rest, loading the version the
+   * policy picks instead (a rollback) before retiring this one, so unversioned requests always
+   * find a ready version. The whole model: every version goes now, queued requests fail. */
   op->nversions = 0;
   for (size_t i = 0; i < m->nv; i++) {
     vstate_t *u = &m->v[i];
@@ -1260,7 +1269,7 @@ static void do_op(tpu__repo_t *r, tpu__repo_op_t *op) {
                (unsigned long long)u->version);
       op->version_ptrs[op->nversions] = op->versions[op->nversions];
       op->nversions++;
-      retire_version(r, u, 1, "unloaded by request");
+      if (!v) retire_version(r, u, 1, "unloaded by request");
     }
   }
   if (!v) m->disabled = 1;

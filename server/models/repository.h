@@ -41,8 +41,9 @@
  * increment). Routing (tpu__server_find_model) takes a reference to one instance; an infer call
  * keeps it until the call is freed. An instance leaves the table when it is replaced,
  * unloaded or dropped by the policy; its batcher keeps running until its last reference goes,
- * so requests already routed to it complete (an unload instead fails what is queued with
- * UNAVAILABLE). The last release hands the instance to the repository thread, which stops its
+ * so requests already routed to it complete (unloading the model, or a version with no other
+ * to serve, instead fails what is queued with UNAVAILABLE; unloading one version loads its
+ * replacement first). The last release hands the instance to the repository thread, which stops its
  * (then idle) batcher and frees it: I/O threads never join a thread or unmap a checkpoint.
  *
  * Lock rules: `mu` (repository.c) guards the table pointer, the queues of operations and of

@@ -7,7 +7,9 @@
 #   3. a corrupt next version (bad digest) is refused while the previous keeps serving, and
 #      `tpuctl models` shows it FAILED with the reason; fixing its files loads it on the next poll;
 #   4. unloading the model under load fails its queued requests with UNAVAILABLE and nothing
-#      else; `tpuctl load` brings it back; loading a missing version is NOT_FOUND;
+#      else; `tpuctl load` brings it back; unloading the serving version (a rollback) under 64
+#      native and 16 HTTP connections loads the previous one first: not one request fails;
+#      loading a missing version is NOT_FOUND;
 #   5. with --poll-seconds 0 nothing is noticed until SIGHUP, which rescans at once; a
 #      policy.json {"latest": 2} keeps two versions ready.
 # $1 = build directory, $2 = source directory. Set TPUD_WRAP (e.g. "valgrind -q") to wrap tpud.
@@ -71,9 +73,9 @@ wait_state() { # wait_state VERSION STATE SECONDS
   return 1
 }
 
-load_start() { # load_start: steady load on digits (8 connections) until load_stop
+load_start() { # load_start [CONNECTIONS]: steady load on digits (default 8 connections)
   rm -f "$WORK/stop"
-  "$LOADGEN" "$PORT" $((120 * SCALE)) "$WORK/stop" 8 >"$WORK/load.out" 2>"$WORK/load.err" &
+  "$LOADGEN" "$PORT" $((120 * SCALE)) "$WORK/stop" "${1:-8}" >"$WORK/load.out" 2>"$WORK/load.err" &
   LPID=$!
   sleep 1
 }
@@ -177,6 +179,29 @@ sleep 1.5 # polls must not bring an unloaded model back
 out=$(ctl load digits) || fail "tpuctl load failed"
 [ "$out" = "loaded digits version 4" ] || fail "load said '$out'"
 [ "$(state 4)" = READY ] || fail "version 4 not ready after load"
+
+echo "== 4b. rollback under load: unloading the serving version 4 makes 3 serve first"
+# 64 native connections and 16 HTTP ones, none of which may see a failure of any kind.
+HPORT=$(sed -n 's/.*tpud listening on 127\.0\.0\.1:\([0-9]*\) (http.*/\1/p' "$LOG")
+load_start 64
+"$BUILD/client/tpubench" --protocol http --addr "127.0.0.1:$HPORT" -c 16 -d $((4 * SCALE)) \
+  --warmup 0 --json >"$WORK/http.json" 2>"$WORK/http.err" &
+BPID=$!
+out=$(ctl unload digits 4) || fail "tpuctl unload digits 4 failed"
+[ "$out" = "unloaded digits version 4" ] || fail "unload 4 said '$out'"
+[ "$(state 3)" = READY ] || fail "version 3 is $(state 3) right after the unload of 4"
+[ "$(state 4)" = UNAVAILABLE ] || fail "version 4 is $(state 4) after its unload"
+sleep 1
+load_stop
+expect_clean 3
+wait $BPID && echo "  http: $(grep -o '"requests":[0-9]*,"errors":[0-9]*' "$WORK/http.json")" ||
+  fail "HTTP requests failed during the rollback: $(head -c 400 "$WORK/http.json") $(head -3 "$WORK/http.err")"
+grep -q "model 'digits' version 4: unloading (unloaded by request); in-flight requests finish first" "$LOG" ||
+  fail "the unload of version 4 did not drain: $(grep "version 4: unloading" "$LOG")"
+out=$(ctl load digits 4) || fail "tpuctl load digits 4 failed"
+[ "$out" = "loaded digits version 4" ] || fail "load 4 said '$out'"
+wait_state 3 UNAVAILABLE 10
+
 ctl load digits 9 2>"$WORK/err" && fail "loading a missing version succeeded"
 grep -q "no version 9" "$WORK/err" || { fail "load of version 9: $(cat "$WORK/err")"; }
 out=$(ctl load digits 1) || fail "tpuctl load digits 1 failed"
