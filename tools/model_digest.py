@@ -2,8 +2,8 @@
 """Recompute the SHA-256 digests a model.json names, so nobody edits them by hand.
 
 For each VERSION_DIR, reads model.json, hashes the file "checkpoint.file" names (and
-"reference.file" when there is a reference) and writes the digests into "checkpoint.sha256" and
-"reference.sha256". For an ONNX model, also the digest of each external data file in
+"reference.file", "calibration.file" and each "labels.OUTPUT.file" when given) and writes the
+digests into the "sha256" beside each. For an ONNX model, also the digest of each external data file in
 "checkpoint.external" (file -> sha256), adding the files the .onnx names that the list lacks
 when python3-onnx is installed (tpud refuses external data without a digest there). Only the digest strings change: every other byte of model.json (key order,
 layout, spacing) stays as it was. With --check nothing is written; each stale digest is reported
@@ -80,7 +80,8 @@ class _Scanner:
                 self.i += 1
             if self.i == start:
                 raise ValueError(f"unexpected {c!r} at offset {start}")
-        if len(path) == 2 or (len(path) == 3 and path[:2] == ("checkpoint", "external")):
+        if len(path) == 2 or (len(path) == 3 and (path[:2] == ("checkpoint", "external") or
+                                                  path[0] == "labels")):
             self.spans[path] = (start, self.i)
 
     def string_end(self):
@@ -202,8 +203,12 @@ def digest_version(version_dir, check=False):
     scanner = _Scanner(text)
     scanner.value(())
     problems, edits = [], []
-    for section in SECTIONS:
-        obj = config.get(section)
+    # (what the messages call it, its object, the scanner's path to it)
+    objects = [(section, config.get(section), (section,)) for section in SECTIONS]
+    labels = config.get("labels")
+    if isinstance(labels, dict):
+        objects += [(f"labels.{out}", obj, ("labels", out)) for out, obj in labels.items()]
+    for section, obj, at in objects:
         if obj is None:
             if section == "checkpoint":
                 problems.append(f"{path}: no \"checkpoint\" object")
@@ -223,10 +228,10 @@ def digest_version(version_dir, check=False):
             problems.append(f"{file_path}: sha256 is {actual}, {path} says {section}.sha256 "
                             f"{obj.get('sha256')!r}")
             continue
-        span = scanner.spans.get((section, "sha256"))
+        span = scanner.spans.get(at + ("sha256",))
         if span is None:
             # No digest yet: add one after "file", keeping the object's own separator.
-            fstart, fend = scanner.spans[(section, "file")]
+            fstart, fend = scanner.spans[at + ("file",)]
             edits.append((fend, fend, f', "sha256": "{actual}"'))
         else:
             edits.append((span[0], span[1], json.dumps(actual)))
@@ -241,6 +246,8 @@ def digest_version(version_dir, check=False):
         for section in SECTIONS:
             assert section not in config or check_config[section]["sha256"] == sha256_file(
                 os.path.join(version_dir, config[section]["file"]))
+        for out, obj in (check_config.get("labels") or {}).items():
+            assert obj["sha256"] == sha256_file(os.path.join(version_dir, obj["file"]))
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)

@@ -129,6 +129,9 @@ struct tpu__call {
       unsigned char *out;       /* rows packed output rows (every output) */
       size_t rows;
       uint64_t want;            /* bit j: output j is to be returned (OIP "outputs") */
+      uint32_t cls_k[TPU_MODEL_MAX_IO]; /* output j: classes to return (classification), 0 */
+      unsigned char *cls;       /* the classified outputs' BYTES, output after output */
+      size_t cls_off[TPU_MODEL_MAX_IO], cls_len[TPU_MODEL_MAX_IO]; /* output j's in cls */
     } infer;
     tpu__mm_job_t mm;
     tpu__repo_op_t *op;

@@ -14,6 +14,7 @@
  * are checked finite) is refused INVALID_ARGUMENT on the compute thread, before its audit
  * record, on every protocol alike.
  */
+#include <math.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,8 @@
 #include "call.h"
 #include "clock.h"
 #include "server_int.h"
+#include "tpu_fpconv.h"
+#include "tpu_text.h"
 #include "validate.h"
 
 /* ---- cheap calls, answered here ---- */
@@ -191,6 +194,182 @@ static void refuse_nonfinite(tpu__call_t *call) {
   }
 }
 
+/* ---- classification (Triton's extension) ---- */
+
+/* A requested output's "classification" parameter: 0 when absent, the K asked for, or -1 with
+ * msg when it is not a positive integer. */
+static long long classification_of(const Inference__ModelInferRequest__InferRequestedOutputTensor *o,
+                                   char *msg, size_t msglen) {
+  for (size_t i = 0; i < o->n_parameters; i++) {
+    const Inference__ModelInferRequest__InferRequestedOutputTensor__ParametersEntry *e =
+        o->parameters[i];
+    if (!e->key || strcmp(e->key, "classification") != 0) continue;
+    const Inference__InferParameter *p = e->value;
+    long long k = -1;
+    if (p && p->parameter_choice_case ==
+                 INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM &&
+        p->int64_param >= 1)
+      k = p->int64_param > UINT32_MAX ? UINT32_MAX : p->int64_param;
+    else if (p && p->parameter_choice_case ==
+                      INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM &&
+             p->uint64_param >= 1)
+      k = p->uint64_param > UINT32_MAX ? UINT32_MAX : (long long)p->uint64_param;
+    if (k < 0)
+      snprintf(msg, msglen, "output '%s': parameter classification: expected a positive "
+               "integer (the number of top classes to return)", o->name ? o->name : "");
+    return k;
+  }
+  return 0;
+}
+
+/* Checks every requested classification against the model (before anything is batched) and
+ * notes K per output; *bytes gets a bound on the answer's classified bytes. */
+static int check_classification(tpu__call_t *call, const tpu__model_t *m,
+                                const Inference__ModelInferRequest *q, size_t rows,
+                                size_t *bytes, char *msg, size_t msglen) {
+  memset(call->u.infer.cls_k, 0, sizeof call->u.infer.cls_k);
+  *bytes = 0;
+  for (size_t k = 0; k < q->n_outputs; k++) {
+    long long want = classification_of(q->outputs[k], msg, msglen);
+    if (want < 0) return TPU_CODE_INVALID_ARGUMENT;
+    if (!want) continue;
+    size_t j = 0;
+    while (j < m->nout && strcmp(tpu_model_output(m->model, j)->name, q->outputs[k]->name) != 0)
+      j++;
+    if (j == m->nout) continue; /* validation has refused unknown names already */
+    const tpu_model_tensor_t *t = tpu_model_output(m->model, j);
+    size_t first = m->batched ? 1 : 0;
+    if (!strcmp(t->datatype, "BYTES") || !strcmp(t->datatype, "BOOL")) {
+      snprintf(msg, msglen, "output '%s': classification ranks numbers, and this output is %s",
+               t->name, t->datatype);
+      return TPU_CODE_INVALID_ARGUMENT;
+    }
+    if (t->rank <= first || t->shape[t->rank - 1] < 1) {
+      snprintf(msg, msglen, "output '%s': classification needs a class dimension after the "
+               "batch, and this output has none", t->name);
+      return TPU_CODE_INVALID_ARGUMENT;
+    }
+    size_t classes = (size_t)t->shape[t->rank - 1];
+    size_t kk = (size_t)want < classes ? (size_t)want : classes;
+    call->u.infer.cls_k[j] = (uint32_t)kk;
+    size_t groups = rows * (t->row_elems / classes);
+    /* per string: its length, the value, ':', the index, ':', the label (escaped in JSON) */
+    *bytes += groups * kk * (4 + TPU_FPCONV_F64_MAX + 24 + 6 * t->label_max);
+  }
+  return TPU_CODE_OK;
+}
+
+/* Element e of a packed output row as a number, and its text when `txt` is given. */
+static double out_value(const char *dt, const unsigned char *p, char *txt) {
+  double v = 0;
+  if (!strcmp(dt, "FP32")) {
+    float f;
+    memcpy(&f, p, 4);
+    v = f;
+    if (txt && !tpu_fpconv_f32_format(f, txt)) snprintf(txt, TPU_FPCONV_LEN, "%g", f);
+    return v;
+  }
+  if (!strcmp(dt, "FP64")) {
+    memcpy(&v, p, 8);
+    if (txt && !tpu_fpconv_f64_format(v, txt)) snprintf(txt, TPU_FPCONV_LEN, "%g", v);
+    return v;
+  }
+  if (!strcmp(dt, "FP16") || !strcmp(dt, "BF16")) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    float f;
+    if (dt[0] == 'B') {
+      uint32_t u = (uint32_t)h << 16;
+      memcpy(&f, &u, 4);
+    } else {
+      int e = (h >> 10) & 31, man = h & 1023;
+      f = e == 0 ? ldexpf((float)man, -24)
+          : e == 31 ? (man ? NAN : INFINITY) : ldexpf((float)(man | 1024), e - 25);
+      if (h >> 15) f = -f;
+    }
+    if (txt && !tpu_fpconv_f32_format(f, txt)) snprintf(txt, TPU_FPCONV_LEN, "%g", f);
+    return f;
+  }
+  int sgn = dt[0] == 'I';
+  size_t sz = (size_t)atoi(dt + (sgn ? 3 : 4)) / 8;
+  uint64_t u = 0;
+  for (size_t i = 0; i < sz; i++) u |= (uint64_t)p[i] << (8 * i);
+  if (sgn && sz < 8 && (u >> (8 * sz - 1) & 1)) u |= ~UINT64_C(0) << (8 * sz);
+  if (sgn) {
+    if (txt) snprintf(txt, TPU_FPCONV_LEN, "%lld", (long long)(int64_t)u);
+    return (double)(int64_t)u;
+  }
+  if (txt) snprintf(txt, TPU_FPCONV_LEN, "%llu", (unsigned long long)u);
+  return (double)u;
+}
+
+typedef struct {
+  double v;
+  size_t idx;
+} cls_item_t;
+
+static int cls_cmp(const void *a, const void *b) { /* larger first, then the lower index */
+  const cls_item_t *x = a, *y = b;
+  if (x->v != y->v) return x->v > y->v ? -1 : 1;
+  return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+/* The classified outputs as BYTES "value:index[:label]", top K of the last dimension, largest
+ * first (ties: the lower index). Batcher thread. Returns 0, or -1 out of memory. */
+static int classify(tpu__call_t *call) {
+  tpu__model_t *m = call->model;
+  size_t rows = call->u.infer.rows;
+  tpu_buf_t b = {0};
+  cls_item_t *items = NULL;
+  size_t cap = 0;
+  for (size_t j = 0; j < m->nout; j++) {
+    size_t k = call->u.infer.cls_k[j];
+    if (!k || !(call->u.infer.want >> j & 1)) continue;
+    const tpu_model_tensor_t *t = tpu_model_output(m->model, j);
+    size_t classes = (size_t)t->shape[t->rank - 1], esz = t->row_bytes / t->row_elems;
+    size_t per_row = t->row_elems / classes;
+    if (classes > cap) {
+      cls_item_t *ni = realloc(items, classes * sizeof *items);
+      if (!ni) goto oom;
+      items = ni;
+      cap = classes;
+    }
+    call->u.infer.cls_off[j] = b.len;
+    for (size_t r = 0; r < rows; r++)
+      for (size_t g = 0; g < per_row; g++) {
+        const unsigned char *base =
+            call->u.infer.out + r * m->out_row + t->offset + g * classes * esz;
+        for (size_t c = 0; c < classes; c++) {
+          items[c].v = out_value(t->datatype, base + c * esz, NULL);
+          items[c].idx = c;
+        }
+        qsort(items, classes, sizeof *items, cls_cmp);
+        for (size_t i = 0; i < k; i++) {
+          char num[TPU_FPCONV_LEN], s[TPU_FPCONV_LEN + 32];
+          out_value(t->datatype, base + items[i].idx * esz, num);
+          int n = snprintf(s, sizeof s, "%s:%zu%s", num, items[i].idx, t->labels ? ":" : "");
+          const char *label = t->labels ? t->labels[items[i].idx] : "";
+          uint32_t len = (uint32_t)n + (uint32_t)strlen(label);
+          unsigned char le[4] = {(unsigned char)len, (unsigned char)(len >> 8),
+                                 (unsigned char)(len >> 16), (unsigned char)(len >> 24)};
+          tpu_buf_add(&b, le, 4);
+          tpu_buf_add(&b, s, (size_t)n);
+          tpu_buf_adds(&b, label);
+        }
+      }
+    call->u.infer.cls_len[j] = b.len - call->u.infer.cls_off[j];
+  }
+  free(items);
+  if (b.oom) goto oom_buf;
+  call->u.infer.cls = (unsigned char *)tpu_buf_detach(&b, NULL);
+  return 0;
+oom:
+  free(items);
+oom_buf:
+  tpu_buf_free(&b);
+  return -1;
+}
+
 /* The batcher's continuation (batcher thread). */
 static void infer_done(tpu_batch_req_t *req, void *ctx) {
   tpu__call_t *call = ctx;
@@ -199,6 +378,10 @@ static void infer_done(tpu_batch_req_t *req, void *ctx) {
     snprintf(call->msg_text, sizeof call->msg_text, "%s", req->msg);
   else
     refuse_nonfinite(call);
+  if (call->code == TPU_CODE_OK && classify(call) != 0) {
+    call->code = TPU_CODE_RESOURCE_EXHAUSTED;
+    snprintf(call->msg_text, sizeof call->msg_text, "out of memory classifying the answer");
+  }
   tpu__call_finish(call); /* batcher thread → (audit writer →) the origin's I/O thread */
 }
 
@@ -229,7 +412,12 @@ static void respond_infer(tpu__call_t *call) {
     ts[n].n_shape = t->rank;
     ts[n].shape = shapes[n];
     raws[n].len = rows * t->row_bytes;
-    if (m->nout == 1 || rows == 0) {
+    if (call->u.infer.cls_k[j]) { /* classified: the top K as BYTES (classify) */
+      ts[n].datatype = "BYTES";
+      shapes[n][t->rank - 1] = call->u.infer.cls_k[j];
+      raws[n].len = call->u.infer.cls ? call->u.infer.cls_len[j] : 0;
+      raws[n].data = call->u.infer.cls ? call->u.infer.cls + call->u.infer.cls_off[j] : NULL;
+    } else if (m->nout == 1 || rows == 0) {
       raws[n].data = call->u.infer.out;
     } else { /* one output of packed rows: gathered into its own tensor */
       if (!(split[n] = malloc(raws[n].len))) {
@@ -330,6 +518,10 @@ static void serve_infer(tpu__call_t *call) {
   code = tpu_validate_infer(&m->vmodel, &vr, &res, msg, sizeof msg);
   if (code != TPU_CODE_OK) goto refuse;
   if ((code = check_ids(m, &res, msg, sizeof msg)) != TPU_CODE_OK) goto refuse;
+  size_t cls_bytes = 0;
+  if ((code = check_classification(call, m, q, res.rows, &cls_bytes, msg, sizeof msg)) !=
+      TPU_CODE_OK)
+    goto refuse;
   call->u.infer.want = 0;
   size_t out_elems = 0, out_req = 0; /* elements and bytes of the returned outputs, per row */
   for (size_t j = 0; j < m->nout; j++)
@@ -355,7 +547,7 @@ static void serve_infer(tpu__call_t *call) {
                     (m->nout > 1 ? out_bytes + (call->origin->wire == TPU__WIRE_JSON
                                                     ? res.rows * out_req : 0)
                                  : 0) +
-                    512 + 64 * m->nout + (q->id ? strlen(q->id) : 0);
+                    512 + 64 * m->nout + (q->id ? strlen(q->id) : 0) + cls_bytes;
     if (m->nin > 1) budget += res.rows * m->in_row; /* the packed copy of the inputs */
     if (tpu__budget_reserve(srv, budget, &code, msg, sizeof msg) != 0) goto refuse;
     call->budget = budget; /* given back by tpu__call_free, whatever becomes of the call */
@@ -457,10 +649,13 @@ static void digest_infer(tpu__call_t *call, tpu_audit_record_t *rec, tpu__digest
 }
 
 static size_t answer_size_infer(const tpu__call_t *call) {
-  return call->u.infer.rows * call->model->out_row + 256 + 64 * call->model->nout;
+  size_t cls = 0;
+  for (size_t j = 0; call->u.infer.cls && j < call->model->nout; j++) cls += call->u.infer.cls_len[j];
+  return call->u.infer.rows * call->model->out_row + cls + 256 + 64 * call->model->nout;
 }
 
 static void release_infer(tpu__call_t *call) {
+  free(call->u.infer.cls);
   free(call->u.infer.out);
   free(call->u.infer.in_packed);
 }

@@ -27,6 +27,7 @@
 #include "file.h"
 #include "onnx.h"
 #include "safetensors.h"
+#include "tpu_frame.h" /* tpu_utf8_valid */
 #include "tpu_text.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -445,7 +446,11 @@ void tpu_model_free(tpu_model_t *m) {
   free(m->layers);
   tpu__model_free_graph(m);
   for (size_t i = 0; i < m->nin; i++) free(m->ins[i].name);
-  for (size_t i = 0; i < m->nout; i++) free(m->outs[i].name);
+  for (size_t i = 0; i < m->nout; i++) {
+    free(m->outs[i].name);
+    free(m->outs[i].labels);
+    free(m->outs[i].labels_text);
+  }
   free(m->pad_in);
   free(m->pad_out);
   tpu_model_config_free(m->cfg);
@@ -456,6 +461,93 @@ void tpu_model_free(tpu_model_t *m) {
 
 static tpu_status_t reference_check(tpu_model_t *m, tpu_model_load_opts_t *o, int *sys,
                                     char *err, size_t errlen);
+
+/* model.json "labels": each file read whole, its SHA-256 checked before anything is parsed,
+ * split into lines (a final newline and a CR before each newline dropped), UTF-8 checked, and
+ * held by its output, which must exist, hold numbers and have exactly one class per line in
+ * its last dimension (a model without a batch dimension: its last; a batched one needs a
+ * dimension after the batch). */
+static tpu_status_t load_labels(tpu_model_t *m, tpu_model_load_opts_t *o, int *sys, char *err,
+                                size_t errlen) {
+  const tpu_model_config_t *cfg = m->cfg;
+  for (size_t i = 0; i < cfg->nlabels; i++) {
+    const tpu_model_labels_config_t *l = &cfg->labels[i];
+    tpu__mtensor_t *t = NULL;
+    for (size_t j = 0; j < m->nout && !t; j++)
+      if (strcmp(m->outs[j].t.name, l->output) == 0) t = &m->outs[j];
+    if (!t) {
+      char names[256] = "";
+      size_t at = 0;
+      for (size_t j = 0; j < m->nout && at < sizeof names - 4; j++)
+        at += (size_t)snprintf(names + at, sizeof names - at, "%s'%s'", j ? ", " : "",
+                               m->outs[j].t.name);
+      return fail(err, errlen, TPU_EINVAL, m->dir, "model.json: labels.%s: the model has no "
+                  "output '%s' (its outputs: %s)", l->output, l->output, names);
+    }
+    if (strcmp(t->t.datatype, "BYTES") == 0 || strcmp(t->t.datatype, "BOOL") == 0)
+      return fail(err, errlen, TPU_EINVAL, m->dir, "model.json: labels.%s: output '%s' is %s; "
+                  "classes are ranked by number", l->output, l->output, t->t.datatype);
+    size_t first = m->batched ? 1 : 0;
+    if (t->t.rank <= first)
+      return fail(err, errlen, TPU_EINVAL, m->dir, "model.json: labels.%s: output '%s' has no "
+                  "class dimension (rank %zu%s)", l->output, l->output, t->t.rank,
+                  m->batched ? ", its only dimension is the batch" : "");
+    size_t classes = (size_t)t->t.shape[t->t.rank - 1];
+    char path[PATH_MAX];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", m->dir, l->file) >= sizeof path)
+      return fail(err, errlen, TPU_EINVAL, m->dir, "path too long");
+    void *buf = NULL;
+    size_t len = 0;
+    int e = tpu_file_read(path, o && o->memory_limit ? (size_t)o->memory_limit : (64u << 20),
+                          o ? o->cancel : NULL, &buf, &len, NULL, err, errlen);
+    if (e) {
+      *sys = e;
+      return e == ENOMEM ? TPU_ENOMEM : e == ECANCELED ? TPU_ECANCELED : TPU_EINVAL;
+    }
+    char got[65];
+    if (tpu_file_sha256(buf, len, o ? o->cancel : NULL, got) != 0) {
+      free(buf);
+      return fail(err, errlen, TPU_ENOMEM, path, "SHA-256 failed");
+    }
+    if (strcmp(got, l->sha256) != 0) {
+      free(buf);
+      return fail(err, errlen, TPU_EINVAL, path, "SHA-256 mismatch: the file's digest is %s, "
+                  "expected %s (labels.%s.sha256)", got, l->sha256, l->output);
+    }
+    char *text = realloc(buf, len + 1);
+    if (!text) {
+      free(buf);
+      return fail(err, errlen, TPU_ENOMEM, path, "out of memory");
+    }
+    text[len] = '\0';
+    t->labels_text = text; /* freed with the model from here on */
+    if (!tpu_utf8_valid((const uint8_t *)text, len) || memchr(text, '\0', len))
+      return fail(err, errlen, TPU_EINVAL, path, "not UTF-8 text (one label a line)");
+    size_t n = 0;
+    for (size_t k = 0; k < len; k++) n += text[k] == '\n';
+    if (len && text[len - 1] != '\n') n++; /* a last line without its newline */
+    if (n != classes)
+      return fail(err, errlen, TPU_EINVAL, path, "%zu labels, but output '%s' has %zu classes "
+                  "(its last dimension): expected one label a line for each", n, l->output,
+                  classes);
+    if (!(t->labels = calloc(n ? n : 1, sizeof *t->labels)))
+      return fail(err, errlen, TPU_ENOMEM, path, "out of memory");
+    char *p = text;
+    for (size_t k = 0; k < n; k++) {
+      char *nl = strchr(p, '\n');
+      if (nl) *nl = '\0';
+      size_t ll = strlen(p);
+      if (ll && p[ll - 1] == '\r') p[--ll] = '\0';
+      t->labels[k] = p;
+      if (ll > t->t.label_max) t->t.label_max = ll;
+      p = nl ? nl + 1 : p + ll;
+    }
+    t->t.labels = (const char *const *)t->labels;
+    t->t.nlabels = n;
+    m->memory_bytes += len + n * sizeof *t->labels;
+  }
+  return TPU_OK;
+}
 
 /* The dense chain (format "dense"): the verified safetensors checkpoint `ck`, every layer's
  * shapes, the memory check, packing and plans; then the one input and output. */
@@ -589,6 +681,7 @@ tpu_status_t tpu_model_load(tpu_engine_t *engine, const char *dir, const char *n
   } else if ((rc = load_dense(m, ck, o, &sys, err, errlen)) != TPU_OK) {
     goto fail;
   }
+  if ((rc = load_labels(m, o, &sys, err, errlen)) != TPU_OK) goto fail;
   size_t maxb = cfg->max_batch_size;
   m->pad_in = alloc_floats((maxb * m->in_row + 3) / 4);
   m->pad_out = alloc_floats((maxb * m->out_row + 3) / 4);

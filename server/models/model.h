@@ -137,6 +137,10 @@ typedef struct {
   int64_t range_lo, range_hi; /* ... each in [range_lo, range_hi) */
   int missing_ok;        /* inputs: NaN and ±Inf are values the model takes (tree ensembles:
                           * NaN is a missing feature, ±Inf compares), not refused */
+  const char *const *labels; /* outputs: the class names model.json's "labels" gives, one per
+                              * element of the last dimension (NULL: none) */
+  size_t nlabels;
+  size_t label_max;      /* bytes of the longest label */
 } tpu_model_tensor_t;
 
 size_t tpu_model_input_count(const tpu_model_t *model);

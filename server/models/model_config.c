@@ -473,6 +473,44 @@ static tpu_status_t parse_batching(ctx_t *c, json_t *o, tpu_model_config_t *cfg)
   return TPU_OK;
 }
 
+/* labels: {"<output>": {"file": "...", "sha256": "..."}, ...} */
+static tpu_status_t parse_labels(ctx_t *c, json_t *o, tpu_model_config_t *cfg) {
+  static const char *const keys[] = {"file", "sha256", NULL};
+  char g[96], path[TPU_MODEL_MAX_NAME + 32];
+  tpu_status_t rc;
+  if (!o) return TPU_OK;
+  if (!json_is_object(o))
+    return fail(c, TPU_EINVAL, "labels: expected an object of output name -> {\"file\", "
+                "\"sha256\"}, got %s", got(g, sizeof g, o));
+  size_t n = json_object_size(o);
+  if (n > TPU_MODEL_MAX_IO)
+    return fail(c, TPU_EINVAL, "labels: %zu outputs, at most %d", n, TPU_MODEL_MAX_IO);
+  if (n && !(cfg->labels = calloc(n, sizeof *cfg->labels)))
+    return fail(c, TPU_ENOMEM, "out of memory");
+  const char *key;
+  json_t *v;
+  json_object_foreach(o, key, v) {
+    tpu_model_labels_config_t *l = &cfg->labels[cfg->nlabels];
+    snprintf(path, sizeof path, "labels.%.*s", TPU_MODEL_MAX_NAME, key);
+    json_t *name = json_string(key);
+    if (!name) return fail(c, TPU_ENOMEM, "out of memory");
+    rc = get_name(c, "labels: an output name", name, 1, &l->output);
+    json_decref(name);
+    if (rc != TPU_OK) return rc;
+    cfg->nlabels++; /* owned from here on */
+    if (!json_is_object(v))
+      return fail(c, TPU_EINVAL, "%s: expected an object with file and sha256, got %s", path,
+                  got(g, sizeof g, v));
+    if ((rc = only_keys(c, path, v, keys)) != TPU_OK) return rc;
+    char fpath[sizeof path + 8];
+    snprintf(fpath, sizeof fpath, "%s.file", path);
+    if ((rc = get_file(c, fpath, json_object_get(v, "file"), &l->file)) != TPU_OK) return rc;
+    snprintf(fpath, sizeof fpath, "%s.sha256", path);
+    if ((rc = get_sha(c, fpath, json_object_get(v, "sha256"), l->sha256)) != TPU_OK) return rc;
+  }
+  return TPU_OK;
+}
+
 /* checkpoint.external: {"<relative path>": "<sha256>", ...} */
 static tpu_status_t parse_external(ctx_t *c, json_t *e, tpu_model_config_t *cfg) {
   char g[96], path[600];
@@ -581,6 +619,11 @@ void tpu_model_config_free(tpu_model_config_t *cfg) {
   free(cfg->checkpoint_file);
   for (size_t i = 0; i < cfg->nexternal; i++) free(cfg->external[i].path);
   free(cfg->external);
+  for (size_t i = 0; i < cfg->nlabels; i++) {
+    free(cfg->labels[i].output);
+    free(cfg->labels[i].file);
+  }
+  free(cfg->labels);
   free(cfg);
 }
 
@@ -598,7 +641,7 @@ tpu_status_t tpu_model_config_parse(const char *json, size_t len, const char *na
   static const char *const keys[] = {"format",    "inputs",   "outputs",
                                      "layers",    "precision", "precision_overrides",
                                      "batching",  "checkpoint", "reference",
-                                     "calibration", NULL};
+                                     "calibration", "labels", NULL};
   ctx_t c = {name ? name : "model.json", err, errlen};
   char g[96];
   tpu_status_t rc;
@@ -704,6 +747,7 @@ tpu_status_t tpu_model_config_parse(const char *json, size_t len, const char *na
   }
   if ((rc = parse_calibration(&c, json_object_get(root, "calibration"), cfg)) != TPU_OK)
     goto fail;
+  if ((rc = parse_labels(&c, json_object_get(root, "labels"), cfg)) != TPU_OK) goto fail;
   if ((rc = parse_batching(&c, json_object_get(root, "batching"), cfg)) != TPU_OK) goto fail;
   if ((rc = parse_checkpoint(&c, json_object_get(root, "checkpoint"), cfg)) != TPU_OK) goto fail;
   json_decref(root);

@@ -28,6 +28,10 @@
  *   - reference (optional, any format): {"file", "sha256", "rtol" (default 1e-4), "atol"
  *     (default 1e-5), "labels": {"output", "min_agreement"}}; the file is checked at load
  *     (model.c).
+ *   - labels (optional, any format): {"<output>": {"file", "sha256"}, ...}: the class names of
+ *     an output for the classification extension, one a line (UTF-8; a final newline and CRs
+ *     before newlines are dropped), read and checked at load (model.c): the digest, and one
+ *     line for every class of the output's last dimension.
  *   - Defaults when a field is omitted:
  *       layers[i].op          "dense" (the only op)
  *       layers[i].bias        none (null also means none)
@@ -125,6 +129,14 @@ typedef struct {
 
 #define TPU_MODEL_MAX_EXTERNAL 256
 
+/* model.json "labels": a class-name file for an output (Triton's classification extension),
+ * one label a line, line i naming class i of the output's last dimension. */
+typedef struct {
+  char *output;    /* the output's name (checked against the model at load, model.c) */
+  char *file;      /* plain file name in the version directory */
+  char sha256[65]; /* lower case */
+} tpu_model_labels_config_t;
+
 /* One dense layer: y = act(x·Wᵀ + b), W [out, in] as PyTorch's nn.Linear. */
 typedef struct {
   char *weight; /* checkpoint tensor name of W */
@@ -157,6 +169,8 @@ typedef struct {
   char sha256[65];       /* checkpoint.sha256, normalized to lower case */
   tpu_model_external_config_t *external; /* onnx: checkpoint.external, the external data files */
   size_t nexternal;
+  tpu_model_labels_config_t *labels; /* "labels", at most one file per output */
+  size_t nlabels;
 } tpu_model_config_t;
 
 /* Reads (tpu_file_read: a regular file, at most TPU_MODEL_CONFIG_MAX_BYTES) and validates the

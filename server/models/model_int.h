@@ -28,6 +28,8 @@ typedef struct {
   char datatype[8];
   int64_t shape[TPU_MODEL_MAX_RANK];
   tpu_graph_dtype_t gdtype; /* graph models */
+  char **labels;            /* outputs: t.labels, pointers into labels_text */
+  char *labels_text;        /* the labels file's bytes, each line NUL-terminated in place */
 } tpu__mtensor_t;
 
 struct tpu_model {

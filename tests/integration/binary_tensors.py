@@ -298,6 +298,75 @@ def main():
     else:
         fail("fraud id out of range: %d %s" % (st, got))
 
+    # ---- classification: top K of the last dimension as "value:index:label" ----
+    names = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    st, ref = infer_json("digitsl", [("x", x, "FP32")])
+    for k, binary in ((3, False), (10, True), (25, False)):
+        body = {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32",
+                            "data": x.flatten().tolist()}],
+                "outputs": [{"name": "probs", "parameters": {"classification": k,
+                                                             "binary_data": binary}}]}
+        head = json.dumps(body).encode()
+        st, h, data = post("digitsl", head, {"Inference-Header-Content-Length": str(len(head))})
+        if st != 200:
+            fail("classification %d: %d %s" % (k, st, data[:200]))
+            continue
+        jl = int(h.get("inference-header-content-length", len(data)))
+        o = json.loads(data[:jl])["outputs"][0]
+        kk = min(k, 10)
+        if binary:
+            raw, strs, off = data[jl:], [], 0
+            while off < len(raw):
+                n = struct.unpack("<I", raw[off:off + 4])[0]
+                strs.append(raw[off + 4:off + 4 + n].decode())
+                off += 4 + n
+        else:
+            strs = o["data"]
+        want = []
+        for row in ref["probs"]:
+            order = sorted(range(10), key=lambda i: (-float(row[i]), i))[:kk]
+            want.append([(row[i], i, names[i]) for i in order])
+        got = []
+        for s_ in strs:
+            v, i, lab = s_.split(":")
+            got.append((np.float32(v), int(i), lab))
+        flat = [t for r in want for t in r]
+        if o["datatype"] == "BYTES" and o["shape"] == [5, kk] and len(got) == len(flat) and \
+                all(g[0] == w[0] and g[1] == w[1] and g[2] == w[2] for g, w in zip(got, flat)):
+            ok("classification %d%s: BYTES [5,%d], each row's top classes by value with their "
+               "labels, values exact (%s)" % (k, " in binary" if binary else "", kk, strs[0]))
+        else:
+            fail("classification %d: %s %s" % (k, o.get("shape"), strs[:4]))
+    st, h, got = infer_binary("digits", [("x", x, "FP32", True)], outputs=[("probs", False)])
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32",
+                                   "data": [0] * 64}],
+                       "outputs": [{"name": "probs", "parameters": {"classification": 2}}]})
+    st, h, data = post("digits", body.encode(), {})
+    if st == 200 and json.loads(data)["outputs"][0]["data"][0].count(":") == 1:
+        ok("classification without labels: \"value:index\" (%s)" %
+           json.loads(data)["outputs"][0]["data"])
+    else:
+        fail("classification without labels: %d %s" % (st, data[:200]))
+    for bad, want in ((0, "expected a positive integer"), ("3", "expected a positive integer"),
+                      (1.5, "expected a positive integer")):
+        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32",
+                                       "data": [0] * 64}],
+                           "outputs": [{"name": "probs", "parameters": {"classification": bad}}]})
+        st, h, data = post("digits", body.encode(), {})
+        if st == 400 and want in data.decode():
+            ok("classification %r: 400 %s" % (bad, json.loads(data)["error"]))
+        else:
+            fail("classification %r: %d %s" % (bad, st, data[:200]))
+    body = json.dumps({"inputs": [{"name": "cat", "shape": [1], "datatype": "INT64", "data": [1]},
+                                  {"name": "num", "shape": [1, 8], "datatype": "FP32",
+                                   "data": [0] * 8}],
+                       "outputs": [{"name": "score", "parameters": {"classification": 1}}]})
+    st, h, data = post("fraud", body.encode(), {})
+    if st == 200 and json.loads(data)["outputs"][0]["shape"] == [1, 1]:
+        ok("classification on an ONNX model's output: %s" % json.loads(data)["outputs"][0]["data"])
+    else:
+        fail("fraud classification: %d %s" % (st, data[:200]))
+
     # ---- malformed binary requests: 400 naming the input, connection and server fine ----
     def head(size, shape=(2, 64), dt="FP32"):
         return json.dumps({"inputs": [{"name": "x", "shape": list(shape), "datatype": dt,

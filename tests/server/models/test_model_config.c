@@ -201,10 +201,39 @@ static void test_calibration(void) {
              "calibration.sha256: required field is missing");
 }
 
+/* labels: output name -> {file, sha256}; checked against the model at load (model.c). */
+static void test_labels(void) {
+  static const char *const H = "\"sha256\": \"" /* 64 hex digits */
+                               "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"";
+  char p[512];
+  snprintf(p, sizeof p, "\"labels\": {\"probs\": {\"file\": \"l.txt\", %s}, "
+           "\"y\": {\"file\": \"y.txt\", %s}}", H, H);
+  tpu_model_config_t *cfg = parse_ok(CFG(NULL, NULL, NULL, p, NULL, NULL));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+  CU_ASSERT_EQUAL(cfg->nlabels, 2);
+  CU_ASSERT_STRING_EQUAL(cfg->labels[0].output, "probs");
+  CU_ASSERT_STRING_EQUAL(cfg->labels[0].file, "l.txt");
+  CU_ASSERT_STRING_EQUAL(cfg->labels[1].file, "y.txt");
+  CU_ASSERT_EQUAL(cfg->labels[1].sha256[0], 'a'); /* normalized to lower case */
+  tpu_model_config_free(cfg);
+  expect_err(CFG(NULL, NULL, NULL, "\"labels\": [\"a\"]", NULL, NULL),
+             "labels: expected an object of output name -> {\"file\", \"sha256\"}, got an array");
+  expect_err(CFG(NULL, NULL, NULL, "\"labels\": {\"probs\": \"l.txt\"}", NULL, NULL),
+             "labels.probs: expected an object with file and sha256");
+  snprintf(p, sizeof p, "\"labels\": {\"probs\": {\"file\": \"../l.txt\", %s}}", H);
+  expect_err(CFG(NULL, NULL, NULL, p, NULL, NULL), "labels.probs.file: expected a plain file name");
+  expect_err(CFG(NULL, NULL, NULL, "\"labels\": {\"probs\": {\"file\": \"l.txt\"}}", NULL, NULL),
+             "labels.probs.sha256: required field is missing");
+  snprintf(p, sizeof p, "\"labels\": {\"probs\": {\"file\": \"l\", %s, \"lines\": 3}}", H);
+  expect_err(CFG(NULL, NULL, NULL, p, NULL, NULL), "labels.probs: unknown field \"lines\"");
+  expect_err(CFG(NULL, NULL, NULL, "\"labels\": {\"\": {}}", NULL, NULL),
+             "labels: an output name: expected a string of 1 to 128 bytes");
+}
+
 static void test_unknown_field(void) {
   expect_err(CFG(NULL, NULL, NULL, "\"precison\": \"int8\"", NULL, NULL),
              "model.json: unknown field \"precison\" (expected format, inputs, outputs, layers, "
-             "precision, precision_overrides, batching, checkpoint, reference, calibration)");
+             "precision, precision_overrides, batching, checkpoint, reference, calibration, labels)");
   expect_err(CFG("\"inputs\": [{\"name\": \"x\", \"datatype\": \"FP32\", \"shape\": [-1, 4], "
                  "\"dims\": 1}]", NULL, NULL, NULL, NULL, NULL),
              "inputs[0]: unknown field \"dims\"");
@@ -467,6 +496,7 @@ static void test_external(void) {
 
 TPU_TEST_SUITE(model_config,
                {"calibration", test_calibration},
+               {"labels", test_labels},
                {"external", test_external},
                {"contract_example", test_contract_example},
                {"defaults", test_defaults},
