@@ -36,6 +36,7 @@ enum { ENTRY_KEY = 1, ENTRY_VALUE = 2 };
 
 #define OIP_SERVICE "inference.GRPCInferenceService"
 #define TPUD_SERVICE "tpud.TpudService"
+#define HEALTH_SERVICE "grpc.health.v1.Health"
 
 static const tpu_method_info_t method_table[] = {
     [TPUD__METHOD__SERVER_LIVE] = {TPUD__METHOD__SERVER_LIVE, "ServerLive", OIP_SERVICE,
@@ -70,6 +71,9 @@ static const tpu_method_info_t method_table[] = {
                                         TPUD_SERVICE,
                                         &tpud__repository_index_request__descriptor,
                                         &tpud__repository_index_response__descriptor},
+    [TPUD__METHOD__HEALTH_CHECK] = {TPUD__METHOD__HEALTH_CHECK, "Check", HEALTH_SERVICE,
+                                    &grpc__health__v1__health_check_request__descriptor,
+                                    &grpc__health__v1__health_check_response__descriptor},
 };
 #define N_METHODS (sizeof method_table / sizeof method_table[0])
 

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "grpc_service.pb-c.h"
+#include "health.pb-c.h"
 #include "tpu_frame.h"
 #include "tpud.pb-c.h"
 

@@ -47,6 +47,41 @@ static void serve_server_ready(tpu__call_t *call) {
   tpu__reply(call, TPU_CODE_OK, r.ready ? NULL : why, &r.base);
 }
 
+/* grpc.health.v1.Health/Check (health.proto): service "" or one tpud serves is the server's
+ * readiness (as ServerReady); a model's name, that model's (some version ready); any other
+ * name NOT_FOUND, as the health checking protocol says. */
+static void serve_health_check(tpu__call_t *call) {
+  Grpc__Health__V1__HealthCheckRequest *q = (Grpc__Health__V1__HealthCheckRequest *)call->request;
+  tpu_server_t *srv = call->srv;
+  static const char *const services[] = {"inference.GRPCInferenceService", "tpud.TpudService",
+                                         "grpc.health.v1.Health"};
+  const char *name = q->service ? q->service : "";
+  int server = !*name;
+  for (size_t i = 0; i < sizeof services / sizeof *services; i++)
+    if (!strcmp(name, services[i])) server = 1;
+  Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+  int draining = atomic_load(&srv->draining);
+  char why[512] = "server is shutting down";
+  int ok;
+  if (server) {
+    ok = !draining && tpu__models_server_ready(srv, srv->cfg.strict_readiness, why, sizeof why);
+  } else {
+    call->model = tpu__server_find_model(srv, name, "", why, sizeof why);
+    if (!call->model && tpu__model_absent(srv, name, "")) {
+      char msg[300];
+      snprintf(msg, sizeof msg, "unknown service '%.200s': tpud answers \"\" (the server), the "
+               "names of its gRPC services, and model names", name);
+      tpu__reply(call, TPU_CODE_NOT_FOUND, msg, NULL);
+      return;
+    }
+    ok = call->model && !draining;
+    if (call->model && draining) snprintf(why, sizeof why, "server is shutting down");
+  }
+  r.status = ok ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+  tpu__reply(call, TPU_CODE_OK, ok ? NULL : why, &r.base);
+}
+
 /* A request that names no model is malformed (INVALID_ARGUMENT), as for ModelLoad. */
 static int no_model_name(tpu__call_t *call, const char *name) {
   if (name && *name) return 0;
@@ -921,6 +956,7 @@ static const tpu__method_t table[] = {
              digest_matmul, answer_size_matmul, release_matmul),
     CHEAP(TPUD__METHOD__REPOSITORY_INDEX, "RepositoryIndex", TPU_NEED_INFER, 0,
           serve_repository_index),
+    CHEAP(TPUD__METHOD__HEALTH_CHECK, "Check", TPU_NEED_INFER, 1, serve_health_check),
 };
 
 const tpu__method_t *tpu__method_of(int method) {

@@ -584,7 +584,7 @@ case("env-field-0", "varints", "framed", frame(fv(1, 7) + fv(2, SERVER_LIVE) + b
 
 # -- unknown methods --
 case("method-unspecified", "methods", "framed", frame(envelope(11, 0)),
-     "UNIMPLEMENTED", ("unknown method 0", "expected a tpud.Method from 1 to 10"), rid=11)
+     "UNIMPLEMENTED", ("unknown method 0", "expected a tpud.Method from 1 to 11"), rid=11)
 case("method-99", "methods", "framed", frame(envelope(12, 99)),
      "UNIMPLEMENTED", "unknown method 99", rid=12)
 case("method-negative", "methods", "framed", frame(envelope(13, -1)),
@@ -597,8 +597,11 @@ case("method-99-burst-50", "methods", "framed",
 case("grpc-unknown-method", "methods", "grpc", ("/inference.GRPCInferenceService/ModelInferX", b""),
      "UNIMPLEMENTED", ("unknown method /inference.GRPCInferenceService/ModelInferX",
                        "tpud serves /inference.GRPCInferenceService/"))
-case("grpc-health-probe", "methods", "grpc", ("/grpc.health.v1.Health/Check", b""),
-     "UNIMPLEMENTED", "unknown method /grpc.health.v1.Health/Check")
+case("grpc-health-check", "methods", "grpc", ("/grpc.health.v1.Health/Check", b""), "OK", "")
+case("grpc-health-watch", "methods", "grpc", ("/grpc.health.v1.Health/Watch", b""),
+     "UNIMPLEMENTED", ("unknown method /grpc.health.v1.Health/Watch", "not Watch"))
+case("grpc-health-check-garbage", "methods", "grpc", ("/grpc.health.v1.Health/Check", b"\xff" * 4),
+     "INVALID_ARGUMENT", "")
 case("grpc-unknown-tpud-method", "methods", "grpc", ("/tpud.TpudService/Shutdown", b""),
      "UNIMPLEMENTED", "unknown method /tpud.TpudService/Shutdown")
 

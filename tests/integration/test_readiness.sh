@@ -1,6 +1,7 @@
 #!/bin/bash
 # test_readiness.sh - --strict-readiness against the real tpud, over HTTP, the framed protocol
-# (tpuctl health) and gRPC ServerReady (stubs generated here from proto/grpc_service.proto):
+# (tpuctl health), gRPC ServerReady (stubs generated here from proto/grpc_service.proto) and the
+# gRPC health checking protocol's Check (stubs from the spec's messages, written here):
 # a repository with one good and one broken model is not ready under the default (strict),
 # ready with --strict-readiness=false; live stays 200 and the good model keeps answering in
 # both; under strict, unloading the broken model by request, or fixing its files (SIGHUP),
@@ -28,6 +29,23 @@ ok() { echo "ok: $*"; }
 GEN=$WORK/gen
 mkdir -p "$GEN"
 grpc_stubs "$SRC" "$GEN" grpc_service.proto || exit 1
+# The gRPC health checking protocol's messages as gRPC's doc/health-checking.md gives them, not
+# tpud's copy (proto/health.proto): the stubs a probe would use.
+mkdir -p "$WORK/hp/proto"
+cat >"$WORK/hp/proto/hc.proto" <<'EOF'
+syntax = "proto3";
+package grpc.health.v1;
+message HealthCheckRequest { string service = 1; }
+message HealthCheckResponse {
+  enum ServingStatus { UNKNOWN = 0; SERVING = 1; NOT_SERVING = 2; SERVICE_UNKNOWN = 3; }
+  ServingStatus status = 1;
+}
+service Health {
+  rpc Check(HealthCheckRequest) returns (HealthCheckResponse);
+  rpc Watch(HealthCheckRequest) returns (stream HealthCheckResponse);
+}
+EOF
+grpc_stubs "$WORK/hp" "$GEN" hc.proto || exit 1
 
 # A repository: digits (good) and broken (its model.json declares no layers: load fails).
 REPO=$WORK/repo
@@ -56,6 +74,22 @@ import sys, grpc, grpc_service_pb2 as pb, grpc_service_pb2_grpc as pbg
 with grpc.insecure_channel(sys.argv[1]) as ch:
     grpc.channel_ready_future(ch).result(timeout=10)
     print(pbg.GRPCInferenceServiceStub(ch).ServerReady(pb.ServerReadyRequest(), timeout=10).ready)
+EOF
+}
+health() { # SERVICE...: grpc.health.v1.Health/Check of each, "SERVING"/"NOT_SERVING"/the code
+  PYTHONPATH=$GEN $PY - "127.0.0.1:$NPORT" "$@" <<'EOF'
+import sys, grpc, hc_pb2 as pb, hc_pb2_grpc as pbg
+out = []
+with grpc.insecure_channel(sys.argv[1]) as ch:
+    grpc.channel_ready_future(ch).result(timeout=10)
+    stub = pbg.HealthStub(ch)
+    for svc in sys.argv[2:]:
+        try:
+            r = stub.Check(pb.HealthCheckRequest(service=svc), timeout=10)
+            out.append(pb.HealthCheckResponse.ServingStatus.Name(r.status))
+        except grpc.RpcError as e:
+            out.append(e.code().name)
+print(" ".join(out))
 EOF
 }
 # wait_state MODEL VERSION STATE: until tpuctl models lists it so (10 s).
@@ -94,6 +128,10 @@ assert j['ready'] is False and \"model 'broken' has no ready version (version 1 
   fail "strict: ready $st $(cat "$WORK/body")"
 r=$(grpc_ready 2>&1)
 [ "$r" = False ] && ok "strict: gRPC ServerReady false" || fail "strict: gRPC ServerReady: $r"
+r=$(health "" inference.GRPCInferenceService digits broken nosuch 2>&1)
+[ "$r" = "NOT_SERVING NOT_SERVING SERVING NOT_SERVING NOT_FOUND" ] &&
+  ok "strict: grpc.health.v1 Check: server NOT_SERVING, digits SERVING, broken NOT_SERVING, unknown NOT_FOUND" ||
+  fail "strict: health Check: $r"
 out=$("$TPUCTL" --addr 127.0.0.1:$NPORT health 2>&1)
 [ $? != 0 ] && echo "$out" | grep -q "not ready" && ok "strict: tpuctl health (framed) exits non-zero" ||
   fail "strict: tpuctl health: $out"
@@ -108,6 +146,9 @@ out=$("$TPUCTL" --addr 127.0.0.1:$NPORT unload broken 2>&1) || fail "tpuctl unlo
 for _ in $(seq 1 50); do [ "$(code /v2/health/ready)" = 200 ] && break; sleep 0.1; done
 [ "$(code /v2/health/ready)" = 200 ] && ok "strict: ready (200) once broken is unloaded by request" ||
   fail "strict: after unloading broken: ready $(cat "$WORK/body")"
+r=$(health "" tpud.TpudService 2>&1)
+[ "$r" = "SERVING SERVING" ] && ok "strict: health Check SERVING once broken is unloaded" ||
+  fail "strict: health after the unload: $r"
 stop
 
 # Fixing the broken model's files and SIGHUP (rescan): ready once it loads.
@@ -133,6 +174,9 @@ wait_state broken 1 FAILED
   ok "off: /v2/health/ready is 200 {\"ready\": true}" || fail "off: ready $(cat "$WORK/body")"
 r=$(grpc_ready 2>&1)
 [ "$r" = True ] && ok "off: gRPC ServerReady true" || fail "off: gRPC ServerReady: $r"
+r=$(health "" broken 2>&1)
+[ "$r" = "SERVING NOT_SERVING" ] && ok "off: health Check: server SERVING, broken NOT_SERVING" ||
+  fail "off: health Check: $r"
 out=$("$TPUCTL" --addr 127.0.0.1:$NPORT health 2>&1) && [ "$out" = ready ] &&
   ok "off: tpuctl health says ready" || fail "off: tpuctl health: $out"
 others_answer off

@@ -105,6 +105,11 @@ static ProtobufCMessage *sample_request(int method) {
   case TPUD__METHOD__REPOSITORY_INDEX:
     idx.ready_only = 1;
     return &idx.base;
+  case TPUD__METHOD__HEALTH_CHECK: {
+    static Grpc__Health__V1__HealthCheckRequest hc = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    hc.service = "digits";
+    return &hc.base;
+  }
   default:
     return NULL;
   }
@@ -215,6 +220,11 @@ static ProtobufCMessage *sample_response(int method) {
     idx.n_models = 2;
     idx.models = ms;
     return &idx.base;
+  case TPUD__METHOD__HEALTH_CHECK: {
+    static Grpc__Health__V1__HealthCheckResponse hr = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    hr.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+    return &hr.base;
+  }
   default:
     return NULL;
   }
@@ -253,8 +263,10 @@ static void test_method_table_matches_services(void) {
   const ProtobufCEnumDescriptor *md = &tpud__method__descriptor;
   const ProtobufCServiceDescriptor *oip = &inference__grpcinference_service__descriptor;
   const ProtobufCServiceDescriptor *ext = &tpud__tpud_service__descriptor;
+  const ProtobufCServiceDescriptor *health = &grpc__health__v1__health__descriptor;
   CU_ASSERT_STRING_EQUAL(oip->name, "inference.GRPCInferenceService");
   CU_ASSERT_STRING_EQUAL(ext->name, "tpud.TpudService");
+  CU_ASSERT_STRING_EQUAL(health->name, "grpc.health.v1.Health");
   unsigned known = 0;
   for (unsigned i = 0; i < md->n_values; i++) {
     int v = md->values[i].value;
@@ -265,7 +277,9 @@ static void test_method_table_matches_services(void) {
     }
     CU_ASSERT_PTR_NOT_NULL_FATAL(info);
     CU_ASSERT_EQUAL((int)info->method, v);
-    const ProtobufCServiceDescriptor *svc = strcmp(info->service, oip->name) == 0 ? oip : ext;
+    const ProtobufCServiceDescriptor *svc = strcmp(info->service, oip->name) == 0    ? oip
+                                            : strcmp(info->service, health->name) == 0 ? health
+                                                                                       : ext;
     CU_ASSERT_STRING_EQUAL(svc->name, info->service);
     const ProtobufCMethodDescriptor *m =
         protobuf_c_service_descriptor_get_method_by_name(svc, info->name);
@@ -274,8 +288,8 @@ static void test_method_table_matches_services(void) {
     CU_ASSERT_PTR_EQUAL(m->output, info->response);
     known++;
   }
-  /* every rpc of both services has exactly one method number */
-  CU_ASSERT_EQUAL(known, oip->n_methods + ext->n_methods);
+  /* every rpc of the services has exactly one method number; Health's Watch (a stream) none */
+  CU_ASSERT_EQUAL(known, oip->n_methods + ext->n_methods + health->n_methods - 1);
   CU_ASSERT_PTR_NULL(tpu_envelope_method_info(-1));
   CU_ASSERT_PTR_NULL(tpu_envelope_method_info((int)md->n_values));
   CU_ASSERT_PTR_NULL(tpu_envelope_method_info(INT_MAX));
@@ -318,7 +332,7 @@ static void test_roundtrip_every_method(void) {
   const char *md[] = {"authorization", "Bearer t0k3n", "x-empty", NULL};
   tpu_frame_decoder_t *d = NULL;
   CU_ASSERT_FATAL(tpu_frame_decoder_create(0, &d) == TPU_PROTO_OK);
-  for (int m = 1; m <= 10; m++) {
+  for (int m = 1; m <= 11; m++) {
     const tpu_method_info_t *info = tpu_envelope_method_info(m);
     CU_ASSERT_PTR_NOT_NULL_FATAL(info);
     const ProtobufCMessage *req = sample_request(m), *resp = sample_response(m);
@@ -571,7 +585,7 @@ static void test_encode_errors(void) {
   CU_ASSERT_EQUAL(tpu_envelope_encode_request(&r, buf, sizeof buf, &n, &err), TPU_PROTO_ENOID);
   CU_ASSERT(has(err.msg, "non-zero id"));
   CU_ASSERT_EQUAL(n, 0u);
-  const int bad_methods[] = {0, 11, -5, INT_MAX};
+  const int bad_methods[] = {0, 12, -5, INT_MAX};
   for (size_t i = 0; i < 4; i++) {
     r.id = 9;
     r.method = bad_methods[i];
@@ -656,7 +670,7 @@ static void test_decode_unknown_method(void) {
   CU_ASSERT_PTR_NULL(env);
   CU_ASSERT_EQUAL(err.request_id, 7u); /* the caller can answer request 7 with UNIMPLEMENTED */
   CU_ASSERT(has(err.msg, "unknown method 99"));
-  CU_ASSERT(has(err.msg, "from 1 to 10"));
+  CU_ASSERT(has(err.msg, "from 1 to 11"));
 
   wire_t absent = {.n = 0};
   wire_uint(&absent, 1, 8);
@@ -997,7 +1011,7 @@ static void test_unpack_payload_errors(void) {
                   TPU_PROTO_EDECODE);
   CU_ASSERT(has(err.msg, "tpud.MatMulResponse"));
   CU_ASSERT_EQUAL(tpu_envelope_unpack_response_payload(renv, 0, &msg, &err), TPU_PROTO_EMETHOD);
-  CU_ASSERT_EQUAL(tpu_envelope_unpack_response_payload(renv, 11, &msg, &err), TPU_PROTO_EMETHOD);
+  CU_ASSERT_EQUAL(tpu_envelope_unpack_response_payload(renv, 12, &msg, &err), TPU_PROTO_EMETHOD);
   tpu_envelope_response_free(renv);
   CU_ASSERT_PTR_NULL(tpu_envelope_request_metadata(NULL, "k"));
 }
