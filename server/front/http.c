@@ -460,6 +460,10 @@ static json_t *answer_json(const tpu__call_t *call, const char *note,
     }
     break;
   }
+  case TPUD__METHOD__MODEL_LOAD:
+  case TPUD__METHOD__MODEL_UNLOAD: /* the repository extension: 200 says it, the body is {} */
+    j = json_object();
+    break;
   default:
     break;
   }
@@ -651,6 +655,79 @@ static int decode_path(const tpu__request_t *r, ProtobufCMessage **out, char *ms
   return TPU_CODE_OK;
 }
 
+/* The repository extension's bodies (Triton's): POST /v2/repository/index {"ready": bool},
+ * .../models/{m}/load {"parameters": {}}, .../unload {"parameters": {"unload_dependents": b}}.
+ * Every part is optional; what tpud cannot honour is refused, never ignored: load parameters
+ * (Triton's "config" and "file:..." upload a model, tpud loads only the repository's files). */
+static int decode_repository(const tpu__request_t *r, ProtobufCMessage **out, char *msg,
+                             size_t msglen) {
+  const hslot_t *s = r->slot;
+  json_t *root = NULL;
+  if (r->body_len) {
+    char err[300];
+    tpu_oip_json_limits_t lim = {.max_depth = 8,
+                                 .max_bytes = s->conn->origin.srv->cfg.http_max_body_bytes};
+    tpu_oip_json_status_t st = tpu_oip_json_load(r->body, r->body_len, &lim, &root, err, sizeof err);
+    if (st != TPU_OIP_JSON_OK) {
+      snprintf(msg, msglen, "%s: %s", tpu_oip_json_strerror(st), err);
+      return TPU_CODE_INVALID_ARGUMENT;
+    }
+    if (!json_is_object(root)) {
+      json_decref(root);
+      snprintf(msg, msglen, "expected a JSON object (or no body)");
+      return TPU_CODE_INVALID_ARGUMENT;
+    }
+  }
+  int code = TPU_CODE_OK, ready = 0;
+  const char *key;
+  json_t *v;
+  json_object_foreach(root, key, v) {
+    if (r->method == TPUD__METHOD__REPOSITORY_INDEX && !strcmp(key, "ready") && json_is_boolean(v)) {
+      ready = json_is_true(v);
+    } else if (r->method != TPUD__METHOD__REPOSITORY_INDEX && !strcmp(key, "parameters") &&
+               json_is_object(v)) {
+      const char *pk;
+      json_t *pv;
+      json_object_foreach(v, pk, pv) {
+        if (r->method == TPUD__METHOD__MODEL_UNLOAD && !strcmp(pk, "unload_dependents") &&
+            json_is_boolean(pv))
+          continue; /* tpud has no ensembles: nothing depends on a model */
+        snprintf(msg, msglen, "parameters.%.64s: %s", pk,
+                 r->method == TPUD__METHOD__MODEL_LOAD
+                     ? "not supported: tpud loads a model from the repository's files (no config "
+                       "override or file upload); send no parameters"
+                     : "not supported (only unload_dependents, a boolean)");
+        code = TPU_CODE_INVALID_ARGUMENT;
+        break;
+      }
+    } else {
+      snprintf(msg, msglen, "%.64s: unexpected field or type (expected %s)", key,
+               r->method == TPUD__METHOD__REPOSITORY_INDEX ? "{\"ready\": true|false}"
+                                                           : "{\"parameters\": {...}}");
+      code = TPU_CODE_INVALID_ARGUMENT;
+    }
+    if (code != TPU_CODE_OK) break;
+  }
+  json_decref(root);
+  if (code != TPU_CODE_OK) return code;
+  ProtobufCMessage *m = new_request(r->method);
+  char *name = NULL;
+  if (!m || (r->method != TPUD__METHOD__REPOSITORY_INDEX && !(name = strdup(r->model ? r->model : "")))) {
+    free(name);
+    if (m) protobuf_c_message_free_unpacked(m, NULL);
+    snprintf(msg, msglen, "out of memory");
+    return TPU_CODE_RESOURCE_EXHAUSTED;
+  }
+  if (r->method == TPUD__METHOD__REPOSITORY_INDEX)
+    ((Tpud__RepositoryIndexRequest *)m)->ready_only = ready;
+  else if (r->method == TPUD__METHOD__MODEL_LOAD)
+    ((Tpud__ModelLoadRequest *)m)->name = name; /* version "": the policy's versions */
+  else
+    ((Tpud__ModelUnloadRequest *)m)->name = name; /* every version, as Triton unloads */
+  *out = m;
+  return TPU_CODE_OK;
+}
+
 /* ---- routing ---- */
 
 /* Serves one complete request (its body is body[0..blen)) on slot `req`. */
@@ -693,7 +770,11 @@ static void route(tpu__io_t *io, hslot_t *req, const tpu_http_request_t *hr, con
                       .n_authz = hr->authorization_count, .model = e.model,
                       .version = e.version, .body = body, .body_len = blen};
   if (e.kind == TPU__EP_METHOD && tpu__http_allowed(e.allow, hr->method)) {
-    r.decode = e.method == TPUD__METHOD__MODEL_INFER ? decode_infer : decode_path;
+    r.decode = e.method == TPUD__METHOD__MODEL_INFER ? decode_infer
+               : e.method == TPUD__METHOD__MODEL_LOAD || e.method == TPUD__METHOD__MODEL_UNLOAD ||
+                       (e.method == TPUD__METHOD__REPOSITORY_INDEX && hr->method == TPU_HTTP_POST)
+                   ? decode_repository
+                   : decode_path;
     tpu__dispatch(&c->origin, &r); /* access control, audit, counting: the one path */
     return;
   }

@@ -57,6 +57,12 @@ tpu__endpoint_t tpu__http_match(char **seg, int n) {
   } else if (n == 3 && IS(1, "repository") && IS(2, "index")) {
     e = (tpu__endpoint_t){.kind = TPU__EP_METHOD, .method = TPUD__METHOD__REPOSITORY_INDEX,
                      .allow = "GET, POST"};
+  } else if (n == 5 && IS(1, "repository") && IS(2, "models") &&
+             (IS(4, "load") || IS(4, "unload"))) {
+    /* Triton's model repository extension: /v2/repository/models/{m}/load|unload */
+    e = (tpu__endpoint_t){.kind = TPU__EP_METHOD, .allow = "POST", .model = seg[3],
+                          .method = IS(4, "load") ? TPUD__METHOD__MODEL_LOAD
+                                                  : TPUD__METHOD__MODEL_UNLOAD};
   } else if (n == 3 && IS(1, "debug")) {
     e.kind = IS(2, "config") ? TPU__EP_DEBUG_CONFIG : IS(2, "models") ? TPU__EP_DEBUG_MODELS
              : IS(2, "engine") ? TPU__EP_DEBUG_ENGINE : TPU__EP_NONE;

@@ -65,6 +65,23 @@ req GET /v2/models/nope 404 '"nope" in j["error"]'
 req GET /v2/models/nope/ready 404 '"error" in j'
 req GET /v2/nothing/here 404 '"error" in j'
 req GET /v2/repository/index 200 'sorted(m["name"] for m in j) == ["broken", "digits"]'
+# Triton's model repository extension, with its bodies.
+req POST /v2/repository/index 200 '[m["name"] for m in j] == ["digits"] and j[0]["state"] == "READY"' \
+  -d '{"ready": true}'
+req POST /v2/repository/index 200 'sorted(m["name"] for m in j) == ["broken", "digits"]'
+req POST /v2/repository/index 400 '"ready: unexpected field or type" in j["error"]' -d '{"ready": 1}'
+req POST /v2/repository/models/digits/unload 200 'j == {}' \
+  -d '{"parameters": {"unload_dependents": true}}'
+req GET /v2/models/digits/ready 503 'j["ready"] is False'
+req POST /v2/repository/models/digits/load 400 '"parameters.config: not supported" in j["error"]' \
+  -d '{"parameters": {"config": "{}"}}'
+req POST /v2/repository/models/digits/load 200 'j == {}'
+req GET /v2/models/digits/ready 200 'j["ready"] is True'
+req POST /v2/repository/models/nope/load 404 '"nope" in j["error"]'
+req POST /v2/repository/models/digits/unload 400 '"parameters.force" in j["error"]' \
+  -d '{"parameters": {"force": true}}'
+req GET /v2/repository/models/digits/load 405 '"POST" in j["error"]'
+req POST /v2/repository/models/digits/load 400 '"expected a JSON object" in j["error"]' -d '[1]'
 req GET /v2/debug/config 200 'j["http-max-body-bytes"] == 65536 and j["bound_http_port"] == '"$HPORT"
 req GET /v2/debug/engine 200 'isinstance(j["isa"], str) and j["systolic"]["rows"] > 0'
 req GET /v2/debug/models 200 'any(m["name"] == "digits" and m["batching"]["max_batch_size"] == 64 and "stats" in m for m in j)'
