@@ -74,6 +74,18 @@ static const tpu_method_info_t method_table[] = {
     [TPUD__METHOD__HEALTH_CHECK] = {TPUD__METHOD__HEALTH_CHECK, "Check", HEALTH_SERVICE,
                                     &grpc__health__v1__health_check_request__descriptor,
                                     &grpc__health__v1__health_check_response__descriptor},
+    [TPUD__METHOD__OIP_REPOSITORY_INDEX] = {TPUD__METHOD__OIP_REPOSITORY_INDEX, "RepositoryIndex",
+                                            OIP_SERVICE,
+                                            &inference__repository_index_request__descriptor,
+                                            &inference__repository_index_response__descriptor},
+    [TPUD__METHOD__OIP_REPOSITORY_MODEL_LOAD] = {
+        TPUD__METHOD__OIP_REPOSITORY_MODEL_LOAD, "RepositoryModelLoad", OIP_SERVICE,
+        &inference__repository_model_load_request__descriptor,
+        &inference__repository_model_load_response__descriptor},
+    [TPUD__METHOD__OIP_REPOSITORY_MODEL_UNLOAD] = {
+        TPUD__METHOD__OIP_REPOSITORY_MODEL_UNLOAD, "RepositoryModelUnload", OIP_SERVICE,
+        &inference__repository_model_unload_request__descriptor,
+        &inference__repository_model_unload_response__descriptor},
 };
 #define N_METHODS (sizeof method_table / sizeof method_table[0])
 

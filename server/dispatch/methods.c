@@ -167,6 +167,58 @@ static void serve_model_metadata(tpu__call_t *call) {
   tpu__models_release(t);
 }
 
+/* Triton's names for a model state (its repository extension), and tpud's FAILED. */
+static const char *state_text(int state) {
+  switch (state) {
+  case TPUD__MODEL_STATE__MODEL_STATE_READY: return "READY";
+  case TPUD__MODEL_STATE__MODEL_STATE_LOADING: return "LOADING";
+  case TPUD__MODEL_STATE__MODEL_STATE_UNLOADING: return "UNLOADING";
+  case TPUD__MODEL_STATE__MODEL_STATE_FAILED: return "FAILED";
+  default: return "UNAVAILABLE";
+  }
+}
+
+/* inference.GRPCInferenceService/RepositoryIndex: the same listing in Triton's messages. */
+static void serve_oip_repository_index(tpu__call_t *call) {
+  Inference__RepositoryIndexRequest *q = (Inference__RepositoryIndexRequest *)call->request;
+  if (q->repository_name && *q->repository_name) {
+    tpu__reply(call, TPU_CODE_NOT_FOUND, "tpud serves one model repository, which has no name: "
+               "send repository_name empty", NULL);
+    return;
+  }
+  tpu__models_t *t = tpu__models_acquire(call->srv);
+  Inference__RepositoryIndexResponse__ModelIndex *items = calloc(t->n + 1, sizeof *items);
+  Inference__RepositoryIndexResponse__ModelIndex **ptrs = calloc(t->n + 1, sizeof *ptrs);
+  if (!items || !ptrs) {
+    free(items);
+    free(ptrs);
+    tpu__models_release(t);
+    tpu__reply(call, TPU_CODE_RESOURCE_EXHAUSTED, "out of memory", NULL);
+    return;
+  }
+  size_t n = 0;
+  for (size_t i = 0; i < t->n; i++) {
+    tpu__model_t *m = t->models[i];
+    if (q->ready && m->state != TPUD__MODEL_STATE__MODEL_STATE_READY) continue;
+    Inference__RepositoryIndexResponse__ModelIndex init =
+        INFERENCE__REPOSITORY_INDEX_RESPONSE__MODEL_INDEX__INIT;
+    items[n] = init;
+    items[n].name = m->name;
+    items[n].version = m->version_str;
+    items[n].state = (char *)state_text(m->state);
+    items[n].reason = m->reason;
+    ptrs[n] = &items[n];
+    n++;
+  }
+  Inference__RepositoryIndexResponse r = INFERENCE__REPOSITORY_INDEX_RESPONSE__INIT;
+  r.n_models = n;
+  r.models = ptrs;
+  tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
+  free(items);
+  free(ptrs);
+  tpu__models_release(t);
+}
+
 static void serve_repository_index(tpu__call_t *call) {
   Tpud__RepositoryIndexRequest *q = (Tpud__RepositoryIndexRequest *)call->request;
   tpu__models_t *t = tpu__models_acquire(call->srv);
@@ -895,6 +947,65 @@ static void serve_model_unload(tpu__call_t *call) {
   serve_load_unload(call, 0, q->name, q->version);
 }
 
+/* Triton's RepositoryModelLoad/Unload: the repository is tpud's one (no name), the model all
+ * its policy's versions; parameters tpud cannot honour are refused, never ignored (load:
+ * Triton's "config" override and "file:" uploads; unload: only unload_dependents, vacuous
+ * without ensembles). */
+static void serve_oip_repository_load_unload(tpu__call_t *call, int load) {
+  const char *repo, *name;
+  size_t np;
+  Inference__RepositoryModelLoadRequest__ParametersEntry **pl = NULL;
+  Inference__RepositoryModelUnloadRequest__ParametersEntry **pu = NULL;
+  if (load) {
+    Inference__RepositoryModelLoadRequest *q = (Inference__RepositoryModelLoadRequest *)call->request;
+    repo = q->repository_name, name = q->model_name, np = q->n_parameters, pl = q->parameters;
+  } else {
+    Inference__RepositoryModelUnloadRequest *q =
+        (Inference__RepositoryModelUnloadRequest *)call->request;
+    repo = q->repository_name, name = q->model_name, np = q->n_parameters, pu = q->parameters;
+  }
+  if (repo && *repo) {
+    static const char msg[] = "tpud serves one model repository, which has no name: send "
+                              "repository_name empty";
+    tpu__audit_reject(call->srv, call->client, NULL, name, "", TPU_CODE_NOT_FOUND, msg);
+    tpu__reply(call, TPU_CODE_NOT_FOUND, msg, NULL);
+    return;
+  }
+  for (size_t i = 0; i < np; i++) {
+    const char *key = load ? pl[i]->key : pu[i]->key;
+    const Inference__ModelRepositoryParameter *v = load ? pl[i]->value : pu[i]->value;
+    if (!load && key && !strcmp(key, "unload_dependents") && v &&
+        v->parameter_choice_case ==
+            INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM)
+      continue;
+    char msg[200];
+    snprintf(msg, sizeof msg, "parameters.%.64s: %s", key ? key : "",
+             load ? "not supported: tpud loads a model from the repository's files (no config "
+                    "override or file upload); send no parameters"
+                  : "not supported (only unload_dependents, a boolean)");
+    tpu__audit_reject(call->srv, call->client, NULL, name, "", TPU_CODE_INVALID_ARGUMENT, msg);
+    tpu__reply(call, TPU_CODE_INVALID_ARGUMENT, msg, NULL);
+    return;
+  }
+  serve_load_unload(call, load, name, "");
+}
+
+static void serve_oip_repository_load(tpu__call_t *call) { serve_oip_repository_load_unload(call, 1); }
+
+static void serve_oip_repository_unload(tpu__call_t *call) {
+  serve_oip_repository_load_unload(call, 0);
+}
+
+static void respond_oip_repository_load(tpu__call_t *call) {
+  Inference__RepositoryModelLoadResponse r = INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
+  tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
+}
+
+static void respond_oip_repository_unload(tpu__call_t *call) {
+  Inference__RepositoryModelUnloadResponse r = INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
+  tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
+}
+
 static void respond_model_load(tpu__call_t *call) {
   tpu__repo_op_t *op = call->u.op;
   Tpud__ModelLoadResponse r = TPUD__MODEL_LOAD_RESPONSE__INIT;
@@ -957,6 +1068,14 @@ static const tpu__method_t table[] = {
     CHEAP(TPUD__METHOD__REPOSITORY_INDEX, "RepositoryIndex", TPU_NEED_INFER, 0,
           serve_repository_index),
     CHEAP(TPUD__METHOD__HEALTH_CHECK, "Check", TPU_NEED_INFER, 1, serve_health_check),
+    CHEAP(TPUD__METHOD__OIP_REPOSITORY_INDEX, "RepositoryIndex", TPU_NEED_INFER, 0,
+          serve_oip_repository_index),
+    COMPUTES(TPUD__METHOD__OIP_REPOSITORY_MODEL_LOAD, "RepositoryModelLoad", TPU_NEED_ADMIN,
+             serve_oip_repository_load, respond_oip_repository_load, digest_load_unload,
+             answer_size_small, release_op),
+    COMPUTES(TPUD__METHOD__OIP_REPOSITORY_MODEL_UNLOAD, "RepositoryModelUnload", TPU_NEED_ADMIN,
+             serve_oip_repository_unload, respond_oip_repository_unload, digest_load_unload,
+             answer_size_small, release_op),
 };
 
 const tpu__method_t *tpu__method_of(int method) {

@@ -204,7 +204,8 @@ static void dispatch(tpu__h2_t *h, h2_stream_t *s) {
   if (s->method == 0) {
     char msg[512];
     snprintf(msg, sizeof msg, "unknown method %s: tpud serves /inference.GRPCInferenceService/"
-             "{ServerLive,ServerReady,ModelReady,ServerMetadata,ModelMetadata,ModelInfer} and "
+             "{ServerLive,ServerReady,ModelReady,ServerMetadata,ModelMetadata,ModelInfer,"
+             "RepositoryIndex,RepositoryModelLoad,RepositoryModelUnload}, "
              "/tpud.TpudService/{ModelLoad,ModelUnload,MatMul,RepositoryIndex} and "
              "/grpc.health.v1.Health/Check (not Watch: tpud's methods are unary)", s->path);
     refuse(h, s, TPU_CODE_UNIMPLEMENTED, msg);

@@ -11,14 +11,15 @@
 #      of queued and running calls, counted in /metrics; grpc-timeout enforced by the server
 #      (raw HTTP/2, no client reset); SIGTERM drains a running gRPC call and tpud exits 0.
 #   3. --max-message-bytes 4096 --tokens: RESOURCE_EXHAUSTED, UNAUTHENTICATED,
-#      PERMISSION_DENIED, admin load/unload.
+#      PERMISSION_DENIED, admin load/unload; Triton's RepositoryIndex/RepositoryModelLoad/
+#      RepositoryModelUnload with stubs from Triton's message definitions (written here).
 #   4. TLS with client certificates: ALPN h2 next to tpud/1, a subset of 1, refusals, and the
 #      certificate subject as the audit identity.
 # $1 = build directory, $2 = source directory.
 set -u
 BUILD=$(cd "$1" && pwd)
 SRC=$(cd "$2" && pwd)
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # tpud_ports
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # tpud_ports, grpc_stubs
 TPUD=$BUILD/server/tpud
 TPUCTL=$BUILD/client/tpuctl
 CLIENT=$SRC/tests/integration/grpc_client.py
@@ -142,6 +143,94 @@ echo "-- 3. message size limit, tokens and roles ($((SECONDS - T0)) s)"
 start --max-message-bytes 4096 --tokens "$WORK/tokens" --auth-open-metrics
 client limits --http http://127.0.0.1:$HPORT --admin-token "$ADMIN_TOKEN" \
   --infer-token "$INFER_TOKEN" --max-message-bytes 4096
+# Triton's model repository extension over gRPC, with stubs from Triton's own message
+# definitions (its grpc_service.proto: field numbers and names), not proto/'s.
+mkdir -p "$WORK/triton/proto" "$WORK/tgen"
+cat >"$WORK/triton/proto/triton_repo.proto" <<'EOF'
+syntax = "proto3";
+package inference;
+service GRPCInferenceService {
+  rpc RepositoryIndex(RepositoryIndexRequest) returns (RepositoryIndexResponse) {}
+  rpc RepositoryModelLoad(RepositoryModelLoadRequest) returns (RepositoryModelLoadResponse) {}
+  rpc RepositoryModelUnload(RepositoryModelUnloadRequest) returns (RepositoryModelUnloadResponse) {}
+}
+message ModelRepositoryParameter {
+  oneof parameter_choice { bool bool_param = 1; int64 int64_param = 2; string string_param = 3;
+                           bytes bytes_param = 4; }
+}
+message RepositoryIndexRequest { string repository_name = 1; bool ready = 2; }
+message RepositoryIndexResponse {
+  message ModelIndex { string name = 1; string version = 2; string state = 3; string reason = 4; }
+  repeated ModelIndex models = 1;
+}
+message RepositoryModelLoadRequest {
+  string repository_name = 1; string model_name = 2;
+  map<string, ModelRepositoryParameter> parameters = 3;
+}
+message RepositoryModelLoadResponse {}
+message RepositoryModelUnloadRequest {
+  string repository_name = 1; string model_name = 2;
+  map<string, ModelRepositoryParameter> parameters = 3;
+}
+message RepositoryModelUnloadResponse {}
+EOF
+if grpc_stubs "$WORK/triton" "$WORK/tgen" triton_repo.proto; then
+  PYTHONPATH=$WORK/tgen $PY - "127.0.0.1:$NPORT" "$ADMIN_TOKEN" "$INFER_TOKEN" <<'EOF'
+import sys, grpc, triton_repo_pb2 as pb, triton_repo_pb2_grpc as pbg
+target, admin, infer = sys.argv[1:4]
+bad = 0
+def check(cond, what):
+    global bad
+    print(("ok: " if cond else "FAIL: ") + what)
+    bad += not cond
+def code(fn, *a, **k):
+    try:
+        fn(*a, **k)
+        return "OK"
+    except grpc.RpcError as e:
+        return e.code().name + ": " + e.details()
+with grpc.insecure_channel(target) as ch:
+    s = pbg.GRPCInferenceServiceStub(ch)
+    A = [("authorization", "Bearer " + admin)]
+    I = [("authorization", "Bearer " + infer)]
+    idx = s.RepositoryIndex(pb.RepositoryIndexRequest(ready=True), metadata=I, timeout=10)
+    names = sorted((m.name, m.state) for m in idx.models)
+    check(("digits", "READY") in names and all(st == "READY" for _, st in names),
+          "RepositoryIndex ready=true (infer token): %s" % names)
+    r = code(s.RepositoryModelUnload, pb.RepositoryModelUnloadRequest(model_name="digits"),
+             metadata=I, timeout=10)
+    check(r.startswith("PERMISSION_DENIED"), "RepositoryModelUnload with the infer token: %s" % r)
+    req = pb.RepositoryModelUnloadRequest(model_name="digits")
+    req.parameters["unload_dependents"].bool_param = True
+    r = code(s.RepositoryModelUnload, req, metadata=A, timeout=10)
+    check(r == "OK", "RepositoryModelUnload digits (admin, unload_dependents): %s" % r)
+    idx = s.RepositoryIndex(pb.RepositoryIndexRequest(), metadata=A, timeout=10)
+    st = [m.state for m in idx.models if m.name == "digits"]
+    check(st and all(x == "UNAVAILABLE" for x in st), "digits after the unload: %s" % st)
+    req = pb.RepositoryModelLoadRequest(model_name="digits")
+    req.parameters["config"].string_param = "{}"
+    r = code(s.RepositoryModelLoad, req, metadata=A, timeout=10)
+    check(r.startswith("INVALID_ARGUMENT") and "parameters.config: not supported" in r,
+          "RepositoryModelLoad with a config override: %s" % r)
+    r = code(s.RepositoryModelLoad, pb.RepositoryModelLoadRequest(repository_name="other",
+                                                                  model_name="digits"),
+             metadata=A, timeout=10)
+    check(r.startswith("NOT_FOUND"), "RepositoryModelLoad from a named repository: %s" % r)
+    r = code(s.RepositoryModelLoad, pb.RepositoryModelLoadRequest(model_name="digits"),
+             metadata=A, timeout=30)
+    check(r == "OK", "RepositoryModelLoad digits (admin): %s" % r)
+    idx = s.RepositoryIndex(pb.RepositoryIndexRequest(ready=True), metadata=A, timeout=10)
+    check(any(m.name == "digits" and m.state == "READY" for m in idx.models),
+          "digits READY again: %s" % [(m.name, m.version, m.state) for m in idx.models])
+    r = code(s.RepositoryModelLoad, pb.RepositoryModelLoadRequest(model_name="nope"),
+             metadata=A, timeout=10)
+    check(r.startswith("NOT_FOUND"), "RepositoryModelLoad of a model not in the repository: %s" % r)
+sys.exit(1 if bad else 0)
+EOF
+  [ $? = 0 ] || FAIL=1
+else
+  FAIL=1
+fi
 stop
 crashed
 

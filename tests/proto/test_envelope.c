@@ -110,6 +110,22 @@ static ProtobufCMessage *sample_request(int method) {
     hc.service = "digits";
     return &hc.base;
   }
+  case TPUD__METHOD__OIP_REPOSITORY_INDEX: {
+    static Inference__RepositoryIndexRequest ri = INFERENCE__REPOSITORY_INDEX_REQUEST__INIT;
+    ri.ready = 1;
+    return &ri.base;
+  }
+  case TPUD__METHOD__OIP_REPOSITORY_MODEL_LOAD: {
+    static Inference__RepositoryModelLoadRequest rl = INFERENCE__REPOSITORY_MODEL_LOAD_REQUEST__INIT;
+    rl.model_name = "digits";
+    return &rl.base;
+  }
+  case TPUD__METHOD__OIP_REPOSITORY_MODEL_UNLOAD: {
+    static Inference__RepositoryModelUnloadRequest ru =
+        INFERENCE__REPOSITORY_MODEL_UNLOAD_REQUEST__INIT;
+    ru.model_name = "digits";
+    return &ru.base;
+  }
   default:
     return NULL;
   }
@@ -225,6 +241,27 @@ static ProtobufCMessage *sample_response(int method) {
     hr.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
     return &hr.base;
   }
+  case TPUD__METHOD__OIP_REPOSITORY_INDEX: {
+    static Inference__RepositoryIndexResponse__ModelIndex mi =
+        INFERENCE__REPOSITORY_INDEX_RESPONSE__MODEL_INDEX__INIT;
+    static Inference__RepositoryIndexResponse__ModelIndex *mis[] = {&mi};
+    static Inference__RepositoryIndexResponse rr = INFERENCE__REPOSITORY_INDEX_RESPONSE__INIT;
+    mi.name = "digits";
+    mi.version = "1";
+    mi.state = "READY";
+    rr.n_models = 1;
+    rr.models = mis;
+    return &rr.base;
+  }
+  case TPUD__METHOD__OIP_REPOSITORY_MODEL_LOAD: {
+    static Inference__RepositoryModelLoadResponse lr = INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
+    return &lr.base;
+  }
+  case TPUD__METHOD__OIP_REPOSITORY_MODEL_UNLOAD: {
+    static Inference__RepositoryModelUnloadResponse ur =
+        INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
+    return &ur.base;
+  }
   default:
     return NULL;
   }
@@ -332,7 +369,7 @@ static void test_roundtrip_every_method(void) {
   const char *md[] = {"authorization", "Bearer t0k3n", "x-empty", NULL};
   tpu_frame_decoder_t *d = NULL;
   CU_ASSERT_FATAL(tpu_frame_decoder_create(0, &d) == TPU_PROTO_OK);
-  for (int m = 1; m <= 11; m++) {
+  for (int m = 1; m <= 14; m++) {
     const tpu_method_info_t *info = tpu_envelope_method_info(m);
     CU_ASSERT_PTR_NOT_NULL_FATAL(info);
     const ProtobufCMessage *req = sample_request(m), *resp = sample_response(m);
@@ -585,7 +622,7 @@ static void test_encode_errors(void) {
   CU_ASSERT_EQUAL(tpu_envelope_encode_request(&r, buf, sizeof buf, &n, &err), TPU_PROTO_ENOID);
   CU_ASSERT(has(err.msg, "non-zero id"));
   CU_ASSERT_EQUAL(n, 0u);
-  const int bad_methods[] = {0, 12, -5, INT_MAX};
+  const int bad_methods[] = {0, 15, -5, INT_MAX};
   for (size_t i = 0; i < 4; i++) {
     r.id = 9;
     r.method = bad_methods[i];
@@ -670,7 +707,7 @@ static void test_decode_unknown_method(void) {
   CU_ASSERT_PTR_NULL(env);
   CU_ASSERT_EQUAL(err.request_id, 7u); /* the caller can answer request 7 with UNIMPLEMENTED */
   CU_ASSERT(has(err.msg, "unknown method 99"));
-  CU_ASSERT(has(err.msg, "from 1 to 11"));
+  CU_ASSERT(has(err.msg, "from 1 to 14"));
 
   wire_t absent = {.n = 0};
   wire_uint(&absent, 1, 8);
@@ -1011,7 +1048,7 @@ static void test_unpack_payload_errors(void) {
                   TPU_PROTO_EDECODE);
   CU_ASSERT(has(err.msg, "tpud.MatMulResponse"));
   CU_ASSERT_EQUAL(tpu_envelope_unpack_response_payload(renv, 0, &msg, &err), TPU_PROTO_EMETHOD);
-  CU_ASSERT_EQUAL(tpu_envelope_unpack_response_payload(renv, 12, &msg, &err), TPU_PROTO_EMETHOD);
+  CU_ASSERT_EQUAL(tpu_envelope_unpack_response_payload(renv, 15, &msg, &err), TPU_PROTO_EMETHOD);
   tpu_envelope_response_free(renv);
   CU_ASSERT_PTR_NULL(tpu_envelope_request_metadata(NULL, "k"));
 }

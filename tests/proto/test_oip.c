@@ -20,14 +20,19 @@ static int bin_is(const ProtobufCBinaryData *b, const void *want, size_t n) {
 static void test_names(void) {
   const ProtobufCServiceDescriptor *s = &inference__grpcinference_service__descriptor;
   CU_ASSERT_STRING_EQUAL(s->name, "inference.GRPCInferenceService");
-  static const char *const rpcs[] = {"ServerLive",     "ServerReady",   "ModelReady",
-                                     "ServerMetadata", "ModelMetadata", "ModelInfer"};
+  static const char *const rpcs[] = {"ServerLive",          "ServerReady",   "ModelReady",
+                                     "ServerMetadata",      "ModelMetadata", "ModelInfer",
+                                     "RepositoryIndex",     "RepositoryModelLoad",
+                                     "RepositoryModelUnload"};
   static const ProtobufCMessageDescriptor *const in[] = {
       &inference__server_live_request__descriptor,     &inference__server_ready_request__descriptor,
       &inference__model_ready_request__descriptor,     &inference__server_metadata_request__descriptor,
-      &inference__model_metadata_request__descriptor,  &inference__model_infer_request__descriptor};
-  CU_ASSERT_EQUAL_FATAL(s->n_methods, 6u);
-  for (unsigned i = 0; i < 6; i++) {
+      &inference__model_metadata_request__descriptor,  &inference__model_infer_request__descriptor,
+      &inference__repository_index_request__descriptor,
+      &inference__repository_model_load_request__descriptor,
+      &inference__repository_model_unload_request__descriptor};
+  CU_ASSERT_EQUAL_FATAL(s->n_methods, 9u);
+  for (unsigned i = 0; i < 9; i++) {
     CU_ASSERT_STRING_EQUAL(s->methods[i].name, rpcs[i]);
     CU_ASSERT_PTR_EQUAL(s->methods[i].input, in[i]);
   }
