@@ -1747,3 +1747,336 @@ tpu_oip_json_status_t tpu_oip_json_tensor_format(const char *datatype, const int
   *out = tpu_buf_detach(&b, NULL);
   return TPU_OIP_JSON_OK;
 }
+
+/* ---- KServe V1 / TF Serving REST predict ---- */
+
+/* Element i of the request: input `in`'s value inside an instance (row form). */
+static const json_t *v1_instance_value(ectx_t *e, const json_t *inst, size_t k,
+                                       const tpu_oip_v1_input_t *in, size_t nin, size_t i,
+                                       tpu_oip_json_status_t *st) {
+  *st = TPU_OIP_JSON_OK;
+  if (nin == 1 && !json_is_object(inst)) return inst;
+  if (!json_is_object(inst)) {
+    *st = fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+               "instances[%zu]: expected an object of the model's %zu inputs by name, got %s", k,
+               nin, json_kind(inst));
+    return NULL;
+  }
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)inst, key, v) {
+    size_t j = 0;
+    while (j < nin && strcmp(in[j].name, key) != 0) j++;
+    if (j == nin) {
+      *st = fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                 "instances[%zu]: the model has no input '%.64s'", k, key);
+      return NULL;
+    }
+  }
+  const json_t *x = json_object_get(inst, in[i].name);
+  if (!x)
+    *st = fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "instances[%zu]: input '%s' is missing",
+               k, in[i].name);
+  return x;
+}
+
+tpu_oip_json_status_t tpu_oip_json_v1_predict_parse(
+    const char *text, size_t len, const char *model_name, const char *model_version,
+    const tpu_oip_v1_input_t *in, size_t nin, int batched, const tpu_oip_json_limits_t *limits,
+    Inference__ModelInferRequest **out, int *columnar, char *err, size_t errlen) {
+  if (!out || !columnar) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no output pointer");
+  *out = NULL;
+  *columnar = 0;
+  if (nin == 0 || nin > 1024 || !in)
+    return fail(err, errlen, TPU_OIP_JSON_INVALID, "the model describes no inputs");
+  json_t *root;
+  tpu_oip_json_status_t st = tpu_oip_json_load(text, len, limits, &root, err, errlen);
+  if (st != TPU_OIP_JSON_OK) return st;
+  ectx_t e = {err, errlen, NULL, 0, 0};
+  Inference__ModelInferRequest *req = NULL;
+  tpu_buf_t buf = {0};
+  if (!json_is_object(root)) {
+    st = fail(err, errlen, TPU_OIP_JSON_INVALID,
+              "request: expected a JSON object with \"instances\" or \"inputs\", got %s",
+              json_kind(root));
+    goto done;
+  }
+  const char *key;
+  json_t *v;
+  json_object_foreach(root, key, v) {
+    if (!strcmp(key, "instances") || !strcmp(key, "inputs")) continue;
+    if (!strcmp(key, "signature_name")) {
+      if (json_is_string(v) && !strcmp(json_string_value(v), "serving_default")) continue;
+      st = fail(err, errlen, TPU_OIP_JSON_INVALID,
+                "signature_name: tpud models have one signature, \"serving_default\"");
+      goto done;
+    }
+    st = fail(err, errlen, TPU_OIP_JSON_INVALID,
+              "%.64s: unknown field (expected \"instances\" or \"inputs\", and optionally "
+              "\"signature_name\")", key);
+    goto done;
+  }
+  const json_t *inst = json_object_get(root, "instances"), *cols = json_object_get(root, "inputs");
+  if (!!inst == !!cols) {
+    st = fail(err, errlen, TPU_OIP_JSON_INVALID,
+              "request: expected exactly one of \"instances\" (rows) and \"inputs\" (columns)");
+    goto done;
+  }
+  *columnar = cols != NULL;
+  size_t rows = 0;
+  if (inst) {
+    if (!batched) {
+      st = fail(err, errlen, TPU_OIP_JSON_INVALID,
+                "instances: this model has no batch dimension; send the whole tensor as \"inputs\"");
+      goto done;
+    }
+    if (!json_is_array(inst) || json_array_size(inst) == 0) {
+      st = fail(err, errlen, TPU_OIP_JSON_INVALID, "instances: expected a non-empty array of "
+                "rows, got %s", json_is_array(inst) ? "an empty array" : json_kind(inst));
+      goto done;
+    }
+    rows = json_array_size(inst);
+  } else if (nin > 1 && !json_is_object(cols)) {
+    st = fail(err, errlen, TPU_OIP_JSON_INVALID,
+              "inputs: expected an object of the model's %zu inputs by name, got %s", nin,
+              json_kind(cols));
+    goto done;
+  } else if (json_is_object(cols)) {
+    json_object_foreach((json_t *)cols, key, v) {
+      size_t j = 0;
+      while (j < nin && strcmp(in[j].name, key) != 0) j++;
+      if (j == nin) {
+        st = fail(err, errlen, TPU_OIP_JSON_INVALID, "inputs: the model has no input '%.64s'",
+                  key);
+        goto done;
+      }
+    }
+  }
+  if (!(req = malloc(sizeof *req))) goto oom;
+  inference__model_infer_request__init(req);
+  if ((model_name && *model_name && !(req->model_name = strdup(model_name))) ||
+      (model_version && *model_version && !(req->model_version = strdup(model_version))) ||
+      !(req->inputs = calloc(nin, sizeof *req->inputs)) ||
+      !(req->raw_input_contents = calloc(nin, sizeof *req->raw_input_contents)))
+    goto oom;
+  for (size_t i = 0; i < nin; i++) {
+    const dtype_t *dt = dtype_find(in[i].datatype);
+    if (!dt || in[i].rank > TPU_OIP_JSON_MAX_RANK - 1) {
+      st = fail(err, errlen, TPU_OIP_JSON_INVALID, "input '%s': datatype %s cannot be sent "
+                "as JSON", in[i].name, in[i].datatype);
+      goto done;
+    }
+    int64_t shape[TPU_OIP_JSON_MAX_RANK];
+    size_t rank = 0;
+    char path[160];
+    tpu_buf_clear(&buf);
+    if (inst) {
+      shape[rank++] = (int64_t)rows;
+      for (size_t d = 0; d < in[i].rank; d++) shape[rank++] = in[i].dims[d];
+      for (size_t k = 0; k < rows; k++) {
+        const json_t *x = v1_instance_value(&e, json_array_get(inst, k), k, in, nin, i, &st);
+        if (!x) goto done;
+        if (nin == 1 && !json_is_object(json_array_get(inst, k)))
+          snprintf(path, sizeof path, "instances[%zu]", k);
+        else
+          snprintf(path, sizeof path, "instances[%zu].%.64s", k, in[i].name);
+        if ((st = check_nested(&e, x, dt, in[i].dims, in[i].rank, 0, path, sizeof path)) !=
+                TPU_OIP_JSON_OK ||
+            (st = encode_nested(&e, x, dt, in[i].rank, 0, path, sizeof path, &buf)) !=
+                TPU_OIP_JSON_OK)
+          goto done;
+      }
+    } else {
+      const json_t *x = json_is_object(cols) ? json_object_get(cols, in[i].name) : cols;
+      snprintf(path, sizeof path, json_is_object(cols) ? "inputs.%.64s" : "inputs", in[i].name);
+      if (!x) {
+        st = fail(err, errlen, TPU_OIP_JSON_INVALID, "inputs: input '%s' is missing", in[i].name);
+        goto done;
+      }
+      if (batched) {
+        if (!json_is_array(x)) {
+          st = fail(err, errlen, TPU_OIP_JSON_INVALID, "%s: expected an array of rows, got %s",
+                    path, json_kind(x));
+          goto done;
+        }
+        if (i > 0 && json_array_size(x) != rows) {
+          st = fail(err, errlen, TPU_OIP_JSON_INVALID,
+                    "%s: %zu rows, but input '%s' has %zu (every input needs the same rows)",
+                    path, json_array_size(x), in[0].name, rows);
+          goto done;
+        }
+        rows = json_array_size(x);
+        shape[rank++] = (int64_t)rows;
+      }
+      for (size_t d = 0; d < in[i].rank; d++) shape[rank++] = in[i].dims[d];
+      if ((st = check_nested(&e, x, dt, shape, rank, 0, path, sizeof path)) != TPU_OIP_JSON_OK ||
+          (st = encode_nested(&e, x, dt, rank, 0, path, sizeof path, &buf)) != TPU_OIP_JSON_OK)
+        goto done;
+    }
+    Inference__ModelInferRequest__InferInputTensor *t = malloc(sizeof *t);
+    if (!t) goto oom;
+    inference__model_infer_request__infer_input_tensor__init(t);
+    req->inputs[req->n_inputs++] = t;
+    if (!(t->name = strdup(in[i].name)) || !(t->datatype = strdup(dt->name)) ||
+        (rank && !(t->shape = malloc(rank * sizeof *t->shape))))
+      goto oom;
+    if (rank) memcpy(t->shape, shape, rank * sizeof *t->shape);
+    t->n_shape = rank;
+    if (buf.oom) goto oom;
+    req->raw_input_contents[i].data = (uint8_t *)tpu_buf_detach(&buf, &req->raw_input_contents[i].len);
+    req->n_raw_input_contents = i + 1;
+  }
+  *out = req;
+  req = NULL;
+  st = TPU_OIP_JSON_OK;
+  goto done;
+oom:
+  st = nomem(err, errlen);
+done:
+  if (req) {
+    if (!req->model_name) req->model_name = (char *)protobuf_c_empty_string;
+    if (!req->model_version) req->model_version = (char *)protobuf_c_empty_string;
+    inference__model_infer_request__free_unpacked(req, NULL);
+  }
+  tpu_buf_free(&buf);
+  json_decref(root);
+  return st;
+}
+
+/* One element of raw data at *off (advanced past it) as JSON. */
+static tpu_oip_json_status_t v1_elem(ectx_t *e, tpu_buf_t *b, const dtype_t *dt,
+                                     const uint8_t *p, size_t nbytes, size_t *off, size_t *idx,
+                                     const char *what) {
+  if (dt->kind == K_BYTES) {
+    if (nbytes - *off < 4 || load_le(p + *off, 4) > nbytes - *off - 4)
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                  "%s: BYTES data ends inside element %zu", what, *idx);
+    size_t n = (size_t)load_le(p + *off, 4);
+    if (!tpu_utf8_valid(p + *off + 4, n))
+      return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID,
+                  "%s: BYTES element %zu is not valid UTF-8, which JSON cannot carry", what, *idx);
+    sb_json_string(b, (const char *)p + *off + 4, n);
+    *off += 4 + n;
+    (*idx)++;
+    return TPU_OIP_JSON_OK;
+  }
+  if (nbytes - *off < dt->size)
+    return fail(e->err, e->errlen, TPU_OIP_JSON_INVALID, "%s: data ends inside element %zu",
+                what, *idx);
+  tpu_buf_t one = {0};
+  tpu_oip_json_status_t st = format_raw_data(e, &one, dt, p + *off, dt->size, 1, what);
+  if (st == TPU_OIP_JSON_OK && one.len >= 2) tpu_buf_add(b, one.p + 1, one.len - 2); /* no [] */
+  if (st == TPU_OIP_JSON_OK && one.oom) st = nomem(e->err, e->errlen);
+  tpu_buf_free(&one);
+  if (st != TPU_OIP_JSON_OK && dt->kind != K_BYTES && dt->kind != K_BOOL && dt->kind != K_INT &&
+      dt->kind != K_UINT) { /* a non-finite float: name this element, not "0" */
+    uint64_t u = load_le(p + *off, dt->size);
+    double d;
+    if (dt->kind == K_FP64) memcpy(&d, &u, 8);
+    else d = dt->kind == K_FP32 ? f32_from_bits((uint32_t)u)
+             : dt->kind == K_BF16 ? bf16_to_f32((uint16_t)u) : f16_to_f32((uint16_t)u);
+    return not_finite(e, what, *idx, d);
+  }
+  *off += dt->size;
+  (*idx)++;
+  return st;
+}
+
+static tpu_oip_json_status_t v1_nested(ectx_t *e, tpu_buf_t *b, const dtype_t *dt,
+                                       const uint8_t *p, size_t nbytes, size_t *off, size_t *idx,
+                                       const int64_t *shape, size_t rank, const char *what) {
+  if (rank == 0) return v1_elem(e, b, dt, p, nbytes, off, idx, what);
+  tpu_buf_add(b, "[", 1);
+  for (int64_t i = 0; i < shape[0]; i++) {
+    if (i) tpu_buf_add(b, ",", 1);
+    tpu_oip_json_status_t st = v1_nested(e, b, dt, p, nbytes, off, idx, shape + 1, rank - 1, what);
+    if (st != TPU_OIP_JSON_OK) return st;
+  }
+  tpu_buf_add(b, "]", 1);
+  return TPU_OIP_JSON_OK;
+}
+
+tpu_oip_json_status_t tpu_oip_json_v1_predict_format(const Inference__ModelInferResponse *resp,
+                                                     int columnar, int batched, char **out,
+                                                     char *err, size_t errlen) {
+  if (!out) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no output pointer");
+  *out = NULL;
+  if (!resp || resp->n_outputs == 0 || resp->n_raw_output_contents != resp->n_outputs)
+    return fail(err, errlen, TPU_OIP_JSON_INVALID, "response: expected raw contents for every "
+                "output");
+  ectx_t e = {err, errlen, NULL, 0, 0};
+  size_t n = resp->n_outputs, rows = 0;
+  const dtype_t *dts[1024];
+  if (n > 1024) return fail(err, errlen, TPU_OIP_JSON_INVALID, "response: too many outputs");
+  for (size_t i = 0; i < n; i++) {
+    const Inference__ModelInferResponse__InferOutputTensor *o = resp->outputs[i];
+    char what[128];
+    output_what(what, i, o && o->name ? o->name : "");
+    if (!o || !(dts[i] = dtype_find(o->datatype)))
+      return fail(err, errlen, TPU_OIP_JSON_INVALID, "%s: unknown datatype", what);
+    size_t count;
+    tpu_oip_json_status_t st = shape_count(&e, o->shape, o->n_shape, what, &count);
+    if (st != TPU_OIP_JSON_OK) return st;
+    if (dts[i]->size && resp->raw_output_contents[i].len != count * dts[i]->size)
+      return fail(err, errlen, TPU_OIP_JSON_INVALID, "%s: data does not match its shape", what);
+    if (!columnar) {
+      if (!batched || o->n_shape == 0)
+        return fail(err, errlen, TPU_OIP_JSON_INVALID, "%s: rows need a batch dimension", what);
+      if (i && (size_t)o->shape[0] != rows)
+        return fail(err, errlen, TPU_OIP_JSON_INVALID, "%s: outputs disagree on the rows", what);
+      rows = (size_t)o->shape[0];
+    }
+  }
+  tpu_buf_t b = {0};
+  tpu_oip_json_status_t st = TPU_OIP_JSON_OK;
+  size_t off[1024] = {0}, idx[1024] = {0};
+  if (columnar) {
+    tpu_buf_adds(&b, n == 1 ? "{\"outputs\":" : "{\"outputs\":{");
+    for (size_t i = 0; i < n && st == TPU_OIP_JSON_OK; i++) {
+      const Inference__ModelInferResponse__InferOutputTensor *o = resp->outputs[i];
+      char what[128];
+      output_what(what, i, o->name ? o->name : "");
+      if (n > 1) {
+        if (i) tpu_buf_add(&b, ",", 1);
+        if ((st = sb_field_string(&e, &b, o->name, what)) != TPU_OIP_JSON_OK) break;
+        tpu_buf_add(&b, ":", 1);
+      }
+      const ProtobufCBinaryData *raw = &resp->raw_output_contents[i];
+      st = v1_nested(&e, &b, dts[i], raw->data, raw->len, &off[i], &idx[i], o->shape, o->n_shape,
+                     what);
+    }
+    tpu_buf_adds(&b, n == 1 ? "}" : "}}");
+  } else {
+    tpu_buf_adds(&b, "{\"predictions\":[");
+    for (size_t r = 0; r < rows && st == TPU_OIP_JSON_OK; r++) {
+      if (r) tpu_buf_add(&b, ",", 1);
+      if (n > 1) tpu_buf_add(&b, "{", 1);
+      for (size_t i = 0; i < n && st == TPU_OIP_JSON_OK; i++) {
+        const Inference__ModelInferResponse__InferOutputTensor *o = resp->outputs[i];
+        char what[128];
+        output_what(what, i, o->name ? o->name : "");
+        if (n > 1) {
+          if (i) tpu_buf_add(&b, ",", 1);
+          if ((st = sb_field_string(&e, &b, o->name, what)) != TPU_OIP_JSON_OK) break;
+          tpu_buf_add(&b, ":", 1);
+        }
+        const ProtobufCBinaryData *raw = &resp->raw_output_contents[i];
+        st = v1_nested(&e, &b, dts[i], raw->data, raw->len, &off[i], &idx[i], o->shape + 1,
+                       o->n_shape - 1, what);
+      }
+      if (n > 1) tpu_buf_add(&b, "}", 1);
+    }
+    tpu_buf_adds(&b, "]}");
+  }
+  for (size_t i = 0; i < n && st == TPU_OIP_JSON_OK; i++)
+    if (off[i] != resp->raw_output_contents[i].len)
+      st = fail(err, errlen, TPU_OIP_JSON_INVALID, "output %zu: data left over after its shape",
+                i);
+  if (st == TPU_OIP_JSON_OK && b.oom) st = nomem(err, errlen);
+  if (st != TPU_OIP_JSON_OK) {
+    tpu_buf_free(&b);
+    return st;
+  }
+  *out = tpu_buf_detach(&b, NULL);
+  return TPU_OIP_JSON_OK;
+}

@@ -145,6 +145,42 @@ tpu_oip_json_status_t tpu_oip_json_infer_response_format_binary(
     const Inference__ModelInferResponse *resp, const unsigned char *binary, char **out,
     size_t *out_len, size_t *json_len, char *err, size_t errlen);
 
+/* KServe V1 / TF Serving REST predict: one model input as the caller (the server, from the
+ * model) describes it. */
+typedef struct {
+  const char *name;
+  const char *datatype;  /* OIP: "FP32", "INT64", ... */
+  size_t rank;           /* dims of one row (the batch dimension excluded); the whole tensor's
+                          * for a model without a batch dimension */
+  const int64_t *dims;
+} tpu_oip_v1_input_t;
+
+/*
+ * Parses a V1 predict body into a ModelInferRequest for a model with inputs in[0..nin):
+ * {"instances": [row, ...]} (rows: each a value of the one input's row shape, or an object of
+ * every input's row value by name) or {"inputs": tensor} (columns: the one input's tensor, or an
+ * object of every input's by name), optionally "signature_name": "serving_default". Values are
+ * nested as the shapes say and encoded in each input's datatype (numbers, integers, booleans,
+ * strings for BYTES), with the same checks and messages as the v2 dialect
+ * ("instances[3]: expected 64 numbers for shape [64], got 63"). batched: 0 for a model without a
+ * batch dimension (rows are refused; the columnar tensor is the whole input). *columnar says
+ * which form came, for tpu_oip_json_v1_predict_format.
+ */
+tpu_oip_json_status_t tpu_oip_json_v1_predict_parse(
+    const char *text, size_t len, const char *model_name, const char *model_version,
+    const tpu_oip_v1_input_t *in, size_t nin, int batched, const tpu_oip_json_limits_t *limits,
+    Inference__ModelInferRequest **out, int *columnar, char *err, size_t errlen);
+
+/*
+ * Formats an infer answer (raw contents) as the V1 predict response: rows, {"predictions":
+ * [row, ...]} with each row the one output's row value or an object of every output's by name;
+ * columns, {"outputs": tensor} or an object of every output's tensor by name. Nested as the
+ * shapes say. NaN and infinities fail with INVALID, naming the output and element.
+ */
+tpu_oip_json_status_t tpu_oip_json_v1_predict_format(const Inference__ModelInferResponse *resp,
+                                                     int columnar, int batched, char **out,
+                                                     char *err, size_t errlen);
+
 /* A dense tensor decoded from JSON: raw little-endian bytes in its datatype's layout. */
 typedef struct {
   char datatype[16];                     /* "FP32", "INT8", ... (NUL-terminated) */

@@ -126,6 +126,8 @@ struct tpu__http_slot {
   int gzip_ok;           /* the request's Accept-Encoding takes gzip */
   int body_read;         /* its body was read whole: a refusal of its coding (413, 415, 400)
                           * leaves the stream in step, the connection stays */
+  int v1;                /* a KServe V1 / TF Serving REST request (/v1/models/...) */
+  int v1_columnar;       /* its predict body was columnar ("inputs"), not rows ("instances") */
   int binary;            /* the request sent Inference-Header-Content-Length (binary tensors) */
   uint64_t json_len;     /* its value: the JSON part of the (decoded) body, bytes */
 };
@@ -185,6 +187,7 @@ static hslot_t *slot_new(hconn_t *c) {
   s->conn = c;
   s->call = NULL;
   s->ready = s->head_only = s->close = s->body_read = s->gzip_ok = s->binary = 0;
+  s->v1 = s->v1_columnar = 0;
   s->json_len = 0;
   s->minor = 1;
   if (c->tail)
@@ -431,6 +434,15 @@ static json_t *answer_json(const tpu__call_t *call, const char *note,
     const Inference__ModelReadyRequest *q = (const Inference__ModelReadyRequest *)call->request;
     int ready = ((const Inference__ModelReadyResponse *)p)->ready;
     j = json_pack("{s:s,s:b}", "name", q->name, "ready", ready);
+    if (j && ((const hslot_t *)call->slot)->v1) {
+      /* KServe V1 answers {name, ready}; TF Serving's model status, the version's state. */
+      const char *v = call->model ? call->model->version_str : q->version ? q->version : "";
+      json_object_set_new(
+          j, "model_version_status",
+          json_pack("[{s:s,s:s,s:{s:s,s:s}}]", "version", v, "state",
+                    ready ? "AVAILABLE" : "UNAVAILABLE", "status", "error_code",
+                    ready ? "OK" : "UNAVAILABLE", "error_message", ready ? "" : (note ? note : "")));
+    }
     if (!ready) *status = 503;
     break;
   }
@@ -534,6 +546,16 @@ static void origin_respond(tpu__call_t *call, int code, const char *msg,
   }
   if (call->method->method == TPUD__METHOD__MODEL_INFER) {
     const Inference__ModelInferResponse *resp = (const Inference__ModelInferResponse *)payload;
+    if (s->v1) { /* KServe V1 / TF Serving: predictions (rows) or outputs (columns) */
+      char *text = NULL, err[256];
+      if (tpu_oip_json_v1_predict_format(resp, s->v1_columnar, call->model && call->model->batched,
+                                         &text, err, sizeof err) != TPU_OIP_JSON_OK) {
+        send_error(s, 500, err, call->received_us);
+        return;
+      }
+      send_owned(s, 200, text, strlen(text), NULL, call->received_us);
+      return;
+    }
     unsigned char *bin = binary_outputs((const Inference__ModelInferRequest *)call->request, resp);
     char *text = NULL, err[256];
     size_t len = 0, json_len = 0;
@@ -615,6 +637,42 @@ static int decode_infer(const tpu__request_t *r, ProtobufCMessage **out, char *m
     return jst == TPU_OIP_JSON_TOO_LARGE ? TPU_CODE_RESOURCE_EXHAUSTED
            : jst == TPU_OIP_JSON_NOMEM   ? TPU_CODE_INTERNAL
                                          : TPU_CODE_INVALID_ARGUMENT;
+  }
+  *out = &q->base;
+  return TPU_CODE_OK;
+}
+
+/* POST /v1/models/{m}[/versions/{v}]:predict: the V1 body (rows or columns) read against the
+ * model's inputs, which the routing's model lookup gives (the call looks it up again: a swap
+ * in between only means the new version validates what was parsed). */
+static int decode_v1_predict(const tpu__request_t *r, ProtobufCMessage **out, char *msg,
+                             size_t msglen) {
+  hslot_t *s = r->slot;
+  tpu_server_t *srv = s->conn->origin.srv;
+  tpu__model_t *m = tpu__server_find_model(srv, r->model ? r->model : "",
+                                           r->version ? r->version : "", msg, msglen);
+  if (!m) return TPU_CODE_NOT_FOUND;
+  tpu_oip_v1_input_t in[TPU_MODEL_MAX_IO];
+  size_t nin = tpu_model_input_count(m->model);
+  for (size_t i = 0; i < nin && i < TPU_MODEL_MAX_IO; i++) {
+    const tpu_model_tensor_t *t = tpu_model_input(m->model, i);
+    size_t skip = m->batched && t->rank ? 1 : 0;
+    in[i] = (tpu_oip_v1_input_t){.name = t->name, .datatype = t->datatype,
+                                 .rank = t->rank - skip, .dims = t->shape + skip};
+  }
+  char err[512];
+  tpu_oip_json_limits_t lim = {.max_depth = TPU_OIP_JSON_DEFAULT_MAX_DEPTH,
+                               .max_bytes = srv->cfg.http_max_body_bytes};
+  Inference__ModelInferRequest *q = NULL;
+  tpu_oip_json_status_t st = tpu_oip_json_v1_predict_parse(
+      r->body_len ? r->body : "", r->body_len, r->model, r->version, in, nin, m->batched, &lim,
+      &q, &s->v1_columnar, err, sizeof err);
+  tpu__model_release(m);
+  if (st != TPU_OIP_JSON_OK) {
+    snprintf(msg, msglen, "%s: %s", tpu_oip_json_strerror(st), err);
+    return st == TPU_OIP_JSON_TOO_LARGE ? TPU_CODE_RESOURCE_EXHAUSTED
+           : st == TPU_OIP_JSON_NOMEM   ? TPU_CODE_INTERNAL
+                                        : TPU_CODE_INVALID_ARGUMENT;
   }
   *out = &q->base;
   return TPU_CODE_OK;
@@ -760,6 +818,7 @@ static void route(tpu__io_t *io, hslot_t *req, const tpu_http_request_t *hr, con
   }
   tpu__endpoint_t e = tpu__http_match(seg, n < 0 ? 0 : n);
   req->had_authz = hr->authorization != NULL;
+  req->v1 = e.v1;
   req->binary = hr->has_infer_header;
   req->json_len = hr->infer_header_len;
   tpu__request_t r = {.method = e.method, .slot = req, .received_us = t0,
@@ -770,7 +829,8 @@ static void route(tpu__io_t *io, hslot_t *req, const tpu_http_request_t *hr, con
                       .n_authz = hr->authorization_count, .model = e.model,
                       .version = e.version, .body = body, .body_len = blen};
   if (e.kind == TPU__EP_METHOD && tpu__http_allowed(e.allow, hr->method)) {
-    r.decode = e.method == TPUD__METHOD__MODEL_INFER ? decode_infer
+    r.decode = e.method == TPUD__METHOD__MODEL_INFER && e.v1 ? decode_v1_predict
+               : e.method == TPUD__METHOD__MODEL_INFER ? decode_infer
                : e.method == TPUD__METHOD__MODEL_LOAD || e.method == TPUD__METHOD__MODEL_UNLOAD ||
                        (e.method == TPUD__METHOD__REPOSITORY_INDEX && hr->method == TPU_HTTP_POST)
                    ? decode_repository

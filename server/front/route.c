@@ -47,6 +47,19 @@ tpu__endpoint_t tpu__http_match(char **seg, int n) {
 #define IS(i, lit) (strcmp(seg[i], lit) == 0)
   if (n == 1 && IS(0, "metrics")) {
     e.kind = TPU__EP_METRICS;
+  } else if ((n == 3 || (n == 5 && IS(3, "versions"))) && IS(0, "v1") && IS(1, "models")) {
+    /* KServe V1 / TF Serving REST: /v1/models/{m}[/versions/{v}][:predict] */
+    char *last = seg[n - 1];
+    size_t len = strlen(last);
+    int predict = len > 8 && strcmp(last + len - 8, ":predict") == 0;
+    if (predict) last[len - 8] = '\0'; /* the name (or version) without its verb */
+    if (!strchr(last, ':')) {
+      e = (tpu__endpoint_t){.kind = TPU__EP_METHOD, .v1 = 1, .model = seg[2],
+                            .version = n == 5 ? seg[4] : NULL,
+                            .method = predict ? TPUD__METHOD__MODEL_INFER
+                                              : TPUD__METHOD__MODEL_READY,
+                            .allow = predict ? "POST" : "GET"};
+    }
   } else if (n < 1 || !IS(0, "v2")) {
   } else if (n == 1) {
     e = (tpu__endpoint_t){.kind = TPU__EP_METHOD, .method = TPUD__METHOD__SERVER_METADATA, .allow = "GET"};

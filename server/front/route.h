@@ -18,6 +18,7 @@ typedef struct {
   int method;              /* TPU__EP_METHOD: the Tpud__Method */
   const char *allow;       /* the HTTP methods it takes, as an Allow header says them */
   const char *model, *version; /* /v2/models/{model}[/versions/{version}]..., else NULL */
+  int v1;                  /* KServe V1 / TF Serving REST (/v1/models/...): its bodies */
 } tpu__endpoint_t;
 
 /* Splits the path into at most `max` segments (in place, percent-decoded). Returns the count,

@@ -1160,6 +1160,119 @@ static void test_binary_response(void) {
   outs[2]->parameters = NULL;
 }
 
+/* ---- KServe V1 / TF Serving REST predict ---- */
+
+static void test_v1_predict(void) {
+  static const int64_t d3[] = {3}, none[] = {0};
+  tpu_oip_v1_input_t one[] = {{"x", "FP32", 1, d3}};
+  tpu_oip_v1_input_t two[] = {{"num", "FP32", 1, d3}, {"cat", "INT64", 0, none}};
+  Inference__ModelInferRequest *q = NULL;
+  int col = -1;
+  const char *rows = "{\"instances\": [[1, 2, 3], [4, 5, 6.5]]}";
+  CU_ASSERT_EQUAL_FATAL(tpu_oip_json_v1_predict_parse(rows, strlen(rows), "m", NULL, one, 1, 1,
+                                                      NULL, &q, &col, err, sizeof err),
+                        TPU_OIP_JSON_OK);
+  CU_ASSERT_EQUAL(col, 0);
+  CU_ASSERT_EQUAL(q->n_inputs, 1);
+  CU_ASSERT_EQUAL(q->inputs[0]->n_shape, 2);
+  CU_ASSERT_EQUAL(q->inputs[0]->shape[0], 2);
+  CU_ASSERT_EQUAL(q->inputs[0]->shape[1], 3);
+  float want[6] = {1, 2, 3, 4, 5, 6.5f};
+  CU_ASSERT_EQUAL(q->raw_input_contents[0].len, 24);
+  CU_ASSERT_EQUAL(memcmp(q->raw_input_contents[0].data, want, 24), 0);
+  inference__model_infer_request__free_unpacked(q, NULL);
+
+  const char *objs = "{\"instances\": [{\"cat\": 7, \"num\": [1, 2, 3]}, {\"num\": [0, 0, 1], "
+                     "\"cat\": -2}], \"signature_name\": \"serving_default\"}";
+  CU_ASSERT_EQUAL_FATAL(tpu_oip_json_v1_predict_parse(objs, strlen(objs), "m", "2", two, 2, 1,
+                                                      NULL, &q, &col, err, sizeof err),
+                        TPU_OIP_JSON_OK);
+  CU_ASSERT_STRING_EQUAL(q->model_version, "2");
+  CU_ASSERT_EQUAL(q->inputs[1]->n_shape, 1);
+  CU_ASSERT_EQUAL(q->inputs[1]->shape[0], 2);
+  int64_t cats[2] = {7, -2};
+  CU_ASSERT_EQUAL(memcmp(q->raw_input_contents[1].data, cats, 16), 0);
+  inference__model_infer_request__free_unpacked(q, NULL);
+
+  const char *cols = "{\"inputs\": {\"num\": [[1, 2, 3]], \"cat\": [4]}}";
+  CU_ASSERT_EQUAL_FATAL(tpu_oip_json_v1_predict_parse(cols, strlen(cols), "m", NULL, two, 2, 1,
+                                                      NULL, &q, &col, err, sizeof err),
+                        TPU_OIP_JSON_OK);
+  CU_ASSERT_EQUAL(col, 1);
+  CU_ASSERT_EQUAL(q->inputs[0]->shape[0], 1);
+  inference__model_infer_request__free_unpacked(q, NULL);
+
+  struct {
+    const char *body;
+    const tpu_oip_v1_input_t *in;
+    size_t nin;
+    int batched;
+    const char *want;
+  } bad[] = {
+      {"{\"instances\": [[1, 2]]}", one, 1, 1, "instances[0]: expected 3 numbers for shape [3], got 2"},
+      {"{\"instances\": [{\"num\": [1, 2, 3]}]}", two, 2, 1, "instances[0]: input 'cat' is missing"},
+      {"{\"instances\": [{\"num\": [1, 2, 3], \"cat\": 1, \"z\": 0}]}", two, 2, 1,
+       "instances[0]: the model has no input 'z'"},
+      {"{\"instances\": [{\"num\": [1, 2, 3], \"cat\": 1.5}]}", two, 2, 1,
+       "instances[0].cat: expected an integer for INT64"},
+      {"{\"instances\": [[1, 2, 3]]}", two, 2, 1, "instances[0]: expected an object of the model's 2 inputs"},
+      {"{\"inputs\": {\"num\": [[1, 2, 3]], \"cat\": [4, 5]}}", two, 2, 1,
+       "inputs.cat: 2 rows, but input 'num' has 1"},
+      {"{\"inputs\": [[1, 2, 3]]}", two, 2, 1, "inputs: expected an object of the model's 2 inputs"},
+      {"{\"instances\": [[1, 2, 3]]}", one, 1, 0, "this model has no batch dimension"},
+      {"{\"instances\": [[1, 2, 3]], \"inputs\": [[1, 2, 3]]}", one, 1, 1, "exactly one of"},
+      {"{}", one, 1, 1, "exactly one of"},
+      {"[1]", one, 1, 1, "expected a JSON object"},
+      {"{\"instances\": [[1, 2, 3]], \"signature_name\": \"x\"}", one, 1, 1, "serving_default"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    q = (Inference__ModelInferRequest *)1;
+    CU_ASSERT_EQUAL(tpu_oip_json_v1_predict_parse(bad[i].body, strlen(bad[i].body), "m", NULL,
+                                                  bad[i].in, bad[i].nin, bad[i].batched, NULL,
+                                                  &q, &col, err, sizeof err),
+                    TPU_OIP_JSON_INVALID);
+    CU_ASSERT_PTR_NULL(q);
+    if (!strstr(err, bad[i].want)) {
+      printf("\n  body: %s\n  want: %s\n  got:  %s\n", bad[i].body, bad[i].want, err);
+      CU_FAIL("V1 error message");
+    }
+  }
+
+  /* Answers: rows and columns, one output and two. */
+  float probs[4] = {0.25f, 0.75f, 1, 0};
+  int64_t labels[2] = {1, 0};
+  int64_t s22[] = {2, 2}, s2[] = {2};
+  Inference__ModelInferResponse__InferOutputTensor *outs[] = {out_tensor("p", "FP32", s22, 2),
+                                                              out_tensor("l", "INT64", s2, 1)};
+  ProtobufCBinaryData raw[] = {{16, (uint8_t *)probs}, {16, (uint8_t *)labels}};
+  Inference__ModelInferResponse resp = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+  resp.model_name = "m";
+  resp.outputs = outs;
+  resp.n_outputs = 2;
+  resp.raw_output_contents = raw;
+  resp.n_raw_output_contents = 2;
+  char *text = NULL;
+  CU_ASSERT_EQUAL_FATAL(tpu_oip_json_v1_predict_format(&resp, 0, 1, &text, err, sizeof err),
+                        TPU_OIP_JSON_OK);
+  CU_ASSERT_STRING_EQUAL(text, "{\"predictions\":[{\"p\":[0.25,0.75],\"l\":1},{\"p\":[1,0],\"l\":0}]}");
+  free(text);
+  CU_ASSERT_EQUAL_FATAL(tpu_oip_json_v1_predict_format(&resp, 1, 1, &text, err, sizeof err),
+                        TPU_OIP_JSON_OK);
+  CU_ASSERT_STRING_EQUAL(text, "{\"outputs\":{\"p\":[[0.25,0.75],[1,0]],\"l\":[1,0]}}");
+  free(text);
+  resp.n_outputs = resp.n_raw_output_contents = 1;
+  CU_ASSERT_EQUAL_FATAL(tpu_oip_json_v1_predict_format(&resp, 0, 1, &text, err, sizeof err),
+                        TPU_OIP_JSON_OK);
+  CU_ASSERT_STRING_EQUAL(text, "{\"predictions\":[[0.25,0.75],[1,0]]}");
+  free(text);
+  probs[3] = INFINITY;
+  text = NULL;
+  CU_ASSERT_EQUAL(tpu_oip_json_v1_predict_format(&resp, 1, 1, &text, err, sizeof err),
+                  TPU_OIP_JSON_INVALID);
+  CU_ASSERT_PTR_NULL(text);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "outputs[0] 'p': element 3 is infinity"));
+}
+
 TPU_TEST_SUITE(oip_json,
                {"flat FP32 request, id echo, packs as protobuf", test_flat_fp32},
                {"nested data equals flat data", test_nested_equals_flat},
@@ -1181,4 +1294,5 @@ TPU_TEST_SUITE(oip_json,
                {"binary tensors: request inputs from the binary section", test_binary_request},
                {"binary tensors: request sizes checked, errors name the input",
                 test_binary_request_errors},
-               {"binary tensors: response outputs after the JSON header", test_binary_response})
+               {"binary tensors: response outputs after the JSON header", test_binary_response},
+               {"KServe V1 / TF Serving predict: rows, columns, errors, answers", test_v1_predict})

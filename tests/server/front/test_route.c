@@ -179,11 +179,20 @@ static void test_match_models(void) {
   /* A model named like a keyword is still a model. */
   expect_method("/v2/models/ready", TPUD__METHOD__MODEL_METADATA, "GET", "ready", NULL);
   expect_method("/v2/models/versions/ready", TPUD__METHOD__MODEL_READY, "GET", "versions", NULL);
+  /* KServe V1 / TF Serving REST: the verb after a colon on the last segment. */
+  expect_method("/v1/models/digits", TPUD__METHOD__MODEL_READY, "GET", "digits", NULL);
+  expect_method("/v1/models/digits:predict", TPUD__METHOD__MODEL_INFER, "POST", "digits", NULL);
+  expect_method("/v1/models/digits/versions/2:predict", TPUD__METHOD__MODEL_INFER, "POST",
+                "digits", "2");
+  expect_method("/v1/models/digits/versions/2", TPUD__METHOD__MODEL_READY, "GET", "digits", "2");
+  CU_ASSERT_EQUAL(match("/v1/models/digits:predict").v1, 1);
+  CU_ASSERT_EQUAL(match("/v2/models/digits/infer").v1, 0);
 }
 
 static void test_match_none(void) {
   const char *none[] = {
-      "/", "/metric", "/metrics/x", "/v1", "/v3/health/live", "/V2",
+      "/", "/metric", "/metrics/x", "/v1", "/v3/health/live", "/V2", "/v1/models",
+      "/v1/models/m:explain", "/v1/models/m/versions", "/v1/models/m/x/2", "/v1/models/m/predict",
       "/v2/health", "/v2/health/dead", "/v2/health/live/x",
       "/v2/repository", "/v2/repository/index/x", "/v2/repository/models",
       "/v2/debug", "/v2/debug/other", "/v2/debug/config/x",

@@ -1,11 +1,11 @@
 #!/bin/bash
-# test_binary.sh - Triton's HTTP binary tensor extension (Inference-Header-Content-Length,
+# test_compat.sh - Triton's HTTP binary tensor extension (Inference-Header-Content-Length,
 # binary_data_size, binary_data, binary_data_output) against the real tpud, on the bundled
 # digits and matmul models, the fraud ONNX fixture (two inputs, two outputs, FP32 and INT64) and
 # an XGBoost fixture fed NaN and infinities; and the classification extension (output parameter
 # `classification: K`, labels from model.json "labels") over HTTP and the native protocol, with
 # three versions whose labels file is wrong (count, digest, output) refused at load. The HTTP
-# checks live in binary_tensors.py (numpy only; see its docstring). $1 = build directory,
+# checks live in compat.py (numpy only; see its docstring). $1 = build directory,
 # $2 = source directory.
 set -u
 BUILD=$(cd "$1" && pwd)
@@ -78,7 +78,7 @@ out=$("$BUILD/client/tpuctl" --addr 127.0.0.1:$NPORT infer digitsl --data '{"inp
 echo "$out" | grep -q '"datatype":"BYTES","shape":\[1,2\],"data":\["0.99[0-9e.-]*:0:zero","[0-9e.-]*:[0-9]:[a-z]*"\]' &&
   ok "tpuctl infer (native protocol): classification 2 gives [1,2] BYTES, a zero first" ||
   fail "tpuctl classification: $out"
-$PY "$SRC/tests/integration/binary_tensors.py" "$HPORT" "$SRC/tests/data/onnx"
+$PY "$SRC/tests/integration/compat.py" "$HPORT" "$SRC/tests/data/onnx"
 rc=$?
 [ $FAIL = 0 ] || rc=1
 if ! kill -0 $PID 2>/dev/null; then

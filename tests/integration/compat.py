@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""binary_tensors.py - Triton's HTTP binary tensor extension against the real tpud.
+"""compat.py - Triton's HTTP binary tensor extension against the real tpud.
 
-Usage: binary_tensors.py PORT DATA_DIR
+Usage: compat.py PORT DATA_DIR
 
-The requests are built byte for byte as tritonclient's HTTP client builds them (JSON header,
+Binary tensors: the requests are built byte for byte as tritonclient's HTTP client builds them (JSON header,
 then each binary input's raw little-endian bytes in input order; the header's length in
 Inference-Header-Content-Length), over http.client on one keep-alive connection, so every error
 case also shows the connection and the server still serve. Models: `digits` (FP32 in, FP32 out)
@@ -225,7 +225,8 @@ def main():
         fail("digits NaN binary: %d %s" % (st, got))
     # An XGBoost model takes them as missing values: the fixture's 1000 rows (1265 NaN, 130
     # infinities) against XGBoost's own predictions, which JSON could never send.
-    ref = safetensors(os.path.join(DATA, "..", "xgboost", "fraud_d6", "1", "reference.safetensors"))
+    ref_x = ref = safetensors(os.path.join(DATA, "..", "xgboost", "fraud_d6", "1",
+                                           "reference.safetensors"))
     xin = ref["input.input"]
     tol = {"probabilities": 1e-6, "margin": 1e-5}
     worst = {}
@@ -366,6 +367,75 @@ def main():
         ok("classification on an ONNX model's output: %s" % json.loads(data)["outputs"][0]["data"])
     else:
         fail("fraud classification: %d %s" % (st, data[:200]))
+
+    # ---- KServe V1 / TF Serving REST: rows (instances -> predictions), columns (inputs ->
+    # outputs), against the v2 answer to the same rows in one request (same batch, same bucket)
+    def v1(path, body, method="POST"):
+        CONN.request(method, path, body=json.dumps(body).encode() if body is not None else None,
+                     headers={"Content-Type": "application/json"})
+        r = CONN.getresponse()
+        return r.status, json.loads(r.read() or b"null")
+    st, j = v1("/v1/models/digits", None, "GET")
+    if st == 200 and j.get("name") == "digits" and j.get("ready") is True and \
+            j["model_version_status"][0]["state"] == "AVAILABLE":
+        ok("V1 GET /v1/models/digits: %s" % j)
+    else:
+        fail("V1 GET: %d %s" % (st, j))
+    st, ref = infer_json("digits", [("x", x, "FP32")])
+    st, j = v1("/v1/models/digits:predict", {"instances": x.tolist()})
+    if st == 200 and same_bits(np.array(j["predictions"], dtype=np.float32), ref["probs"]):
+        ok("V1 digits:predict, 5 instances: predictions equal the v2 answer bit for bit")
+    else:
+        fail("V1 digits instances: %d %s" % (st, str(j)[:200]))
+    st, j = v1("/v1/models/digits/versions/1:predict",
+               {"signature_name": "serving_default", "inputs": x.tolist()})
+    if st == 200 and same_bits(np.array(j["outputs"], dtype=np.float32), ref["probs"]):
+        ok("V1 digits/versions/1:predict, columnar inputs: outputs equal the v2 answer")
+    else:
+        fail("V1 digits columnar: %d %s" % (st, str(j)[:200]))
+    n7, c7 = num[:7], cat[:7]
+    st, jref = infer_json("fraud", [("num", n7, "FP32"), ("cat", c7, "INT64")])
+    st, j = v1("/v1/models/fraud:predict",
+               {"instances": [{"num": n7[i].tolist(), "cat": int(c7[i])} for i in range(7)]})
+    if st == 200 and all(same_bits(np.array([p[k] for p in j["predictions"]], dtype=np.float32),
+                                   jref[k]) for k in ("score", "logit")):
+        ok("V1 fraud:predict, instances as objects of two inputs (FP32 row, INT64 scalar): "
+           "predictions objects of both outputs equal the v2 answer")
+    else:
+        fail("V1 fraud instances: %d %s" % (st, str(j)[:300]))
+    st, j = v1("/v1/models/fraud:predict", {"inputs": {"num": n7.tolist(), "cat": c7.tolist()}})
+    if st == 200 and all(same_bits(np.array(j["outputs"][k], dtype=np.float32), jref[k])
+                         for k in ("score", "logit")):
+        ok("V1 fraud:predict, columnar inputs object: outputs object equal the v2 answer")
+    else:
+        fail("V1 fraud columnar: %d %s" % (st, str(j)[:300]))
+    for body, want in (({"instances": [[1, 2]]}, "instances[0]: expected 64 numbers"),
+                       ({"instances": []}, "instances: expected a non-empty array"),
+                       ({"instances": [[0] * 64], "inputs": [[0] * 64]}, "exactly one of"),
+                       ({"instances": [[0] * 64], "signature_name": "other"}, "serving_default"),
+                       ({"rows": 1}, "rows: unknown field")):
+        st, j = v1("/v1/models/digits:predict", body)
+        if st == 400 and want in j.get("error", ""):
+            ok("V1 refusal: 400 %s" % j["error"])
+        else:
+            fail("V1 %s: %d %s" % (body, st, j))
+    st, j = v1("/v1/models/fraud:predict", {"instances": [{"num": [0] * 8}]})
+    if st == 400 and "input 'cat' is missing" in j.get("error", ""):
+        ok("V1 refusal: 400 %s" % j["error"])
+    else:
+        fail("V1 fraud missing input: %d %s" % (st, j))
+    st, j = v1("/v1/models/nope:predict", {"instances": [[1]]})
+    if st == 404:
+        ok("V1 unknown model: 404 %s" % j["error"])
+    else:
+        fail("V1 unknown model: %d %s" % (st, j))
+    rows = [i for i in range(len(xin)) if np.isfinite(xin[i]).all()][:4]
+    st, j = v1("/v1/models/xgb:predict", {"instances": xin[rows].tolist()})
+    if st == 200 and np.allclose(np.array([p["probabilities"] for p in j["predictions"]]),
+                                 ref_x["output.probabilities"][rows], atol=1e-6, rtol=0):
+        ok("V1 xgb:predict, 4 finite rows: probabilities equal XGBoost's within 1e-6")
+    else:
+        fail("V1 xgb: %d %s" % (st, str(j)[:300]))
 
     # ---- malformed binary requests: 400 naming the input, connection and server fine ----
     def head(size, shape=(2, 64), dt="FP32"):
