@@ -86,6 +86,13 @@ static const tpu_method_info_t method_table[] = {
         TPUD__METHOD__OIP_REPOSITORY_MODEL_UNLOAD, "RepositoryModelUnload", OIP_SERVICE,
         &inference__repository_model_unload_request__descriptor,
         &inference__repository_model_unload_response__descriptor},
+    [TPUD__METHOD__OIP_MODEL_CONFIG] = {TPUD__METHOD__OIP_MODEL_CONFIG, "ModelConfig", OIP_SERVICE,
+                                        &inference__model_config_request__descriptor,
+                                        &inference__model_config_response__descriptor},
+    [TPUD__METHOD__OIP_MODEL_STATISTICS] = {TPUD__METHOD__OIP_MODEL_STATISTICS, "ModelStatistics",
+                                            OIP_SERVICE,
+                                            &inference__model_statistics_request__descriptor,
+                                            &inference__model_statistics_response__descriptor},
 };
 #define N_METHODS (sizeof method_table / sizeof method_table[0])
 

@@ -86,7 +86,10 @@ static void wait_until(tpu_batcher_t *b, uint64_t when_us) {
 
 static void run_batch(tpu_batcher_t *b, size_t nsegs, size_t n) {
   size_t bucket = tpu_batcher_bucket_for(b->buckets, b->nbuckets, n);
+  size_t bi = 0;
+  while (bi + 1 < b->nbuckets && b->buckets[bi] != bucket) bi++;
   size_t inb = b->cfg.in_row_bytes, outb = b->cfg.out_row_bytes;
+  uint64_t tin = tpu_now_us();
   for (size_t i = 0; i < nsegs; i++) {
     segment_t *s = &b->segs[i];
     memcpy(b->inbuf + s->offset * inb, (const unsigned char *)s->req->in + s->first * inb,
@@ -96,7 +99,7 @@ static void run_batch(tpu_batcher_t *b, size_t nsegs, size_t n) {
   char err[160] = "";
   uint64_t t0 = tpu_now_us();
   int rc = b->cfg.run(b->cfg.run_ctx, bucket, b->inbuf, b->outbuf, err, sizeof err);
-  uint64_t dt = tpu_now_us() - t0;
+  uint64_t dt = tpu_now_us() - t0, din = t0 - tin, dout = 0;
   uint64_t id = ++b->next_batch_id;
   tpu_model_stats_t *st = b->cfg.stats;
   if (st) {
@@ -105,6 +108,15 @@ static void run_batch(tpu_batcher_t *b, size_t nsegs, size_t n) {
     tpu_stats_inc(&st->padding_rows, bucket - n);
     tpu_hist_observe(&st->compute_us, tpu_hist_us_bounds, TPU_HIST_US_NBOUNDS, dt);
     tpu_hist_observe(&st->batch_rows, tpu_hist_rows_bounds, TPU_HIST_ROWS_NBOUNDS, n);
+    tpu_stats_inc(&st->input_us, din);
+    tpu_stats_inc(&st->bucket_batches[bi], 1);
+    tpu_stats_inc(&st->bucket_input_us[bi], din);
+    tpu_stats_inc(&st->bucket_compute_us[bi], dt);
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    atomic_store_explicit(&st->last_infer_ms,
+                          (uint64_t)wall.tv_sec * 1000u + (uint64_t)wall.tv_nsec / 1000000u,
+                          memory_order_relaxed);
   }
   tpu_log_debug("%s: batch %llu: %zu rows in bucket %zu, %llu us", b->name,
                 (unsigned long long)id, n, bucket, (unsigned long long)dt);
@@ -115,8 +127,10 @@ static void run_batch(tpu_batcher_t *b, size_t nsegs, size_t n) {
     segment_t *s = &b->segs[i];
     tpu_batch_req_t *r = s->req;
     if (rc == 0) {
+      uint64_t tc = tpu_now_us();
       memcpy((unsigned char *)r->out + s->first * outb, b->outbuf + s->offset * outb,
              s->rows * outb);
+      dout += tpu_now_us() - tc;
     } else if (r->code == TPU_CODE_OK) {
       r->code = TPU_CODE_INTERNAL;
       snprintf(r->msg, sizeof r->msg, "%s: engine call failed: %s", b->name, err);
@@ -127,6 +141,10 @@ static void run_batch(tpu_batcher_t *b, size_t nsegs, size_t n) {
     r->bucket = bucket;
     /* A request that failed with rows still queued is completed when next taken (below). */
     if (r->computed == r->rows) finish(b, r);
+  }
+  if (st) {
+    tpu_stats_inc(&st->output_us, dout);
+    tpu_stats_inc(&st->bucket_output_us[bi], dout);
   }
   tpu_queue_defer_flush();
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "call.h"
+#include "clock.h"
 #include "log.h"
 #include "server_int.h"
 
@@ -66,8 +67,18 @@ void tpu__call_free(tpu__call_t *call) {
   free(call);
 }
 
+/* ModelInfer answers for Triton's statistics: count and latency, OK and not. */
+static void count_infer(tpu__call_t *call, int code) {
+  if (!call->model || !call->method || call->method->method != TPUD__METHOD__MODEL_INFER) return;
+  tpu_model_stats_t *st = &call->model->stats;
+  uint64_t us = tpu_now_us() - call->received_us;
+  tpu_stats_inc(code == TPU_CODE_OK ? &st->infer_ok : &st->infer_fail, 1);
+  tpu_stats_inc(code == TPU_CODE_OK ? &st->infer_ok_us : &st->infer_fail_us, us);
+}
+
 void tpu__reply(tpu__call_t *call, int code, const char *msg, const ProtobufCMessage *payload) {
   tpu__count(call->model, code);
+  count_infer(call, code);
   if (code != TPU_CODE_OK)
     tpu_log_debug("request %llu: %s: %s", (unsigned long long)call->id, tpu_code_name(code), msg);
   if (!call->origin->closed) call->origin->ops->respond(call, code, msg, payload);
@@ -92,6 +103,7 @@ static void on_back(tpu__io_t *io, tpu__msg_t *m) {
   }
   if (o->closed) {
     tpu__count(call->model, call->code); /* not delivered: counted, not sent */
+    count_infer(call, call->code);
   } else {
     if (call->code != TPU_CODE_OK)
       tpu__reply(call, call->code, call->msg_text, NULL);

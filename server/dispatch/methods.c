@@ -167,6 +167,187 @@ static void serve_model_metadata(tpu__call_t *call) {
   tpu__models_release(t);
 }
 
+/* ---- Triton's model configuration and statistics extensions ---- */
+
+static Inference__DataType triton_type(const char *dt) {
+  static const struct {
+    const char *oip;
+    Inference__DataType t;
+  } map[] = {{"BOOL", INFERENCE__DATA_TYPE__TYPE_BOOL},     {"UINT8", INFERENCE__DATA_TYPE__TYPE_UINT8},
+             {"UINT16", INFERENCE__DATA_TYPE__TYPE_UINT16}, {"UINT32", INFERENCE__DATA_TYPE__TYPE_UINT32},
+             {"UINT64", INFERENCE__DATA_TYPE__TYPE_UINT64}, {"INT8", INFERENCE__DATA_TYPE__TYPE_INT8},
+             {"INT16", INFERENCE__DATA_TYPE__TYPE_INT16},   {"INT32", INFERENCE__DATA_TYPE__TYPE_INT32},
+             {"INT64", INFERENCE__DATA_TYPE__TYPE_INT64},   {"FP16", INFERENCE__DATA_TYPE__TYPE_FP16},
+             {"FP32", INFERENCE__DATA_TYPE__TYPE_FP32},     {"FP64", INFERENCE__DATA_TYPE__TYPE_FP64},
+             {"BYTES", INFERENCE__DATA_TYPE__TYPE_STRING},  {"BF16", INFERENCE__DATA_TYPE__TYPE_BF16}};
+  for (size_t i = 0; i < sizeof map / sizeof *map; i++)
+    if (!strcmp(map[i].oip, dt)) return map[i].t;
+  return INFERENCE__DATA_TYPE__TYPE_INVALID;
+}
+
+/* ModelConfig: what the version serves, in Triton's model configuration shape: dims without
+ * the batch dimension when it batches (max_batch_size > 0), dynamic batching with the static
+ * buckets as the preferred sizes, labels files as label_filename. */
+static void serve_model_config(tpu__call_t *call) {
+  Inference__ModelConfigRequest *q = (Inference__ModelConfigRequest *)call->request;
+  tpu_server_t *srv = call->srv;
+  char msg[256];
+  if (no_model_name(call, q->name)) return;
+  tpu__model_t *m = tpu__server_find_model(srv, q->name, q->version, msg, sizeof msg);
+  if (!m) {
+    tpu__reply(call, tpu__model_absent(srv, q->name, q->version) ? TPU_CODE_NOT_FOUND
+                                                                  : TPU_CODE_UNAVAILABLE,
+               msg, NULL);
+    return;
+  }
+  call->model = m;
+  const tpu_model_config_t *cfg = tpu_model_config(m->model);
+  Inference__ModelInput ins[TPU_MODEL_MAX_IO], *inp[TPU_MODEL_MAX_IO];
+  Inference__ModelOutput outs[TPU_MODEL_MAX_IO], *outp[TPU_MODEL_MAX_IO];
+  size_t skip = m->batched ? 1 : 0;
+  for (size_t i = 0; i < m->nin; i++) {
+    Inference__ModelInput init = INFERENCE__MODEL_INPUT__INIT;
+    ins[i] = init;
+    ins[i].name = (char *)m->in_spec[i].name;
+    ins[i].data_type = triton_type(m->in_spec[i].datatype);
+    ins[i].n_dims = m->in_spec[i].rank - (m->in_spec[i].rank ? skip : 0);
+    ins[i].dims = (int64_t *)m->in_spec[i].shape + (m->in_spec[i].rank ? skip : 0);
+    inp[i] = &ins[i];
+  }
+  for (size_t i = 0; i < m->nout; i++) {
+    Inference__ModelOutput init = INFERENCE__MODEL_OUTPUT__INIT;
+    outs[i] = init;
+    outs[i].name = (char *)m->out_spec[i].name;
+    outs[i].data_type = triton_type(m->out_spec[i].datatype);
+    outs[i].n_dims = m->out_spec[i].rank - (m->out_spec[i].rank ? skip : 0);
+    outs[i].dims = (int64_t *)m->out_spec[i].shape + (m->out_spec[i].rank ? skip : 0);
+    for (size_t l = 0; cfg && l < cfg->nlabels; l++)
+      if (!strcmp(cfg->labels[l].output, outs[i].name)) outs[i].label_filename = cfg->labels[l].file;
+    outp[i] = &outs[i];
+  }
+  size_t nb = 0;
+  const size_t *buckets = tpu_model_buckets(m->model, &nb);
+  int32_t pref[TPU_MODEL_MAX_BUCKETS];
+  for (size_t i = 0; i < nb && i < TPU_MODEL_MAX_BUCKETS; i++) pref[i] = (int32_t)buckets[i];
+  Inference__ModelDynamicBatching db = INFERENCE__MODEL_DYNAMIC_BATCHING__INIT;
+  db.n_preferred_batch_size = nb;
+  db.preferred_batch_size = pref;
+  db.max_queue_delay_microseconds = tpu_model_max_queue_delay_us(m->model);
+  Inference__ModelConfig c = INFERENCE__MODEL_CONFIG__INIT;
+  c.name = m->name;
+  c.platform = (char *)m->platform;
+  c.backend = "tpud";
+  c.max_batch_size = m->batched ? (int32_t)tpu_model_max_batch_size(m->model) : 0;
+  c.n_input = m->nin;
+  c.input = inp;
+  c.n_output = m->nout;
+  c.output = outp;
+  if (m->batched) c.dynamic_batching = &db;
+  Inference__ModelConfigResponse r = INFERENCE__MODEL_CONFIG_RESPONSE__INIT;
+  r.config = &c;
+  tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
+}
+
+/* ModelStatistics: every serving version of the named model (all models when none is named;
+ * one version when a version is), from the counters its batcher and the dispatch keep. Times
+ * are measured in microseconds and reported in nanoseconds. compute_input/_output are the
+ * batcher's copies of rows into and out of the engine's padded buffers, compute_infer the
+ * engine call; their counts are engine calls, as batch_stats' (one per bucket used). */
+static void serve_model_statistics(tpu__call_t *call) {
+  Inference__ModelStatisticsRequest *q = (Inference__ModelStatisticsRequest *)call->request;
+  tpu_server_t *srv = call->srv;
+  const char *name = q->name ? q->name : "", *version = q->version ? q->version : "";
+  if (*name && tpu__model_absent(srv, name, version)) {
+    char msg[300];
+    snprintf(msg, sizeof msg, "model '%.200s'%s%.24s is not in the repository", name,
+             *version ? " version " : "", version);
+    tpu__reply(call, TPU_CODE_NOT_FOUND, msg, NULL);
+    return;
+  }
+  tpu__models_t *t = tpu__models_acquire(srv);
+  size_t cap = t->n + 1, nb_total = 0;
+  for (size_t i = 0; i < t->n; i++) nb_total += t->models[i]->nbuckets;
+  Inference__ModelStatistics *ms = calloc(cap, sizeof *ms);
+  Inference__ModelStatistics **msp = calloc(cap, sizeof *msp);
+  Inference__InferStatistics *is = calloc(cap, sizeof *is);
+  Inference__StatisticDuration *d = calloc(cap * 8 + nb_total * 3 + 1, sizeof *d);
+  Inference__InferBatchStatistics *bs = calloc(nb_total + 1, sizeof *bs);
+  Inference__InferBatchStatistics **bsp = calloc(nb_total + 1, sizeof *bsp);
+  if (!ms || !msp || !is || !d || !bs || !bsp) {
+    free(ms), free(msp), free(is), free(d), free(bs), free(bsp);
+    tpu__models_release(t);
+    tpu__reply(call, TPU_CODE_RESOURCE_EXHAUSTED, "out of memory", NULL);
+    return;
+  }
+  size_t n = 0, nd = 0, nbs = 0;
+  for (size_t i = 0; i < t->n; i++) {
+    tpu__model_t *m = t->models[i];
+    if (!m->model || (*name && strcmp(m->name, name)) || (*version && strcmp(m->version_str, version)))
+      continue;
+    tpu_model_stats_t *st = &m->stats;
+    Inference__StatisticDuration *dd = &d[nd];
+    for (size_t k = 0; k < 8; k++) {
+      Inference__StatisticDuration init = INFERENCE__STATISTIC_DURATION__INIT;
+      dd[k] = init;
+    }
+    nd += 8;
+    dd[0].count = tpu_stats_get(&st->infer_ok), dd[0].ns = tpu_stats_get(&st->infer_ok_us) * 1000;
+    dd[1].count = tpu_stats_get(&st->infer_fail);
+    dd[1].ns = tpu_stats_get(&st->infer_fail_us) * 1000;
+    dd[2].count = tpu_stats_get(&st->queue_us.n), dd[2].ns = tpu_stats_get(&st->queue_us.sum) * 1000;
+    uint64_t batches = tpu_stats_get(&st->batches);
+    dd[3].count = batches, dd[3].ns = tpu_stats_get(&st->input_us) * 1000;
+    dd[4].count = batches, dd[4].ns = tpu_stats_get(&st->compute_us.sum) * 1000;
+    dd[5].count = batches, dd[5].ns = tpu_stats_get(&st->output_us) * 1000;
+    Inference__InferStatistics iinit = INFERENCE__INFER_STATISTICS__INIT;
+    is[n] = iinit;
+    is[n].success = &dd[0], is[n].fail = &dd[1], is[n].queue = &dd[2];
+    is[n].compute_input = &dd[3], is[n].compute_infer = &dd[4], is[n].compute_output = &dd[5];
+    is[n].cache_hit = &dd[6], is[n].cache_miss = &dd[7]; /* no response cache: zeros */
+    Inference__ModelStatistics minit = INFERENCE__MODEL_STATISTICS__INIT;
+    ms[n] = minit;
+    ms[n].name = m->name;
+    ms[n].version = m->version_str;
+    ms[n].last_inference = tpu_stats_get(&st->last_infer_ms);
+    ms[n].inference_count = tpu_stats_get(&st->rows_computed);
+    ms[n].execution_count = batches;
+    ms[n].inference_stats = &is[n];
+    size_t nbk = 0;
+    const size_t *buckets = tpu_model_buckets(m->model, &nbk);
+    ms[n].batch_stats = &bsp[nbs];
+    for (size_t k = 0; k < nbk && k < TPU_STATS_MAX_BUCKETS; k++) {
+      uint64_t c = tpu_stats_get(&st->bucket_batches[k]);
+      if (!c) continue; /* Triton lists the batch sizes executed */
+      Inference__StatisticDuration *bd = &d[nd];
+      nd += 3;
+      for (size_t j = 0; j < 3; j++) {
+        Inference__StatisticDuration init = INFERENCE__STATISTIC_DURATION__INIT;
+        bd[j] = init;
+        bd[j].count = c;
+      }
+      bd[0].ns = tpu_stats_get(&st->bucket_input_us[k]) * 1000;
+      bd[1].ns = tpu_stats_get(&st->bucket_compute_us[k]) * 1000;
+      bd[2].ns = tpu_stats_get(&st->bucket_output_us[k]) * 1000;
+      Inference__InferBatchStatistics binit = INFERENCE__INFER_BATCH_STATISTICS__INIT;
+      bs[nbs] = binit;
+      bs[nbs].batch_size = buckets[k];
+      bs[nbs].compute_input = &bd[0], bs[nbs].compute_infer = &bd[1];
+      bs[nbs].compute_output = &bd[2];
+      bsp[nbs] = &bs[nbs];
+      nbs++;
+      ms[n].n_batch_stats++;
+    }
+    msp[n] = &ms[n];
+    n++;
+  }
+  Inference__ModelStatisticsResponse r = INFERENCE__MODEL_STATISTICS_RESPONSE__INIT;
+  r.n_model_stats = n;
+  r.model_stats = msp;
+  tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
+  free(ms), free(msp), free(is), free(d), free(bs), free(bsp);
+  tpu__models_release(t);
+}
+
 /* Triton's names for a model state (its repository extension), and tpud's FAILED. */
 static const char *state_text(int state) {
   switch (state) {
@@ -1070,6 +1251,9 @@ static const tpu__method_t table[] = {
     CHEAP(TPUD__METHOD__HEALTH_CHECK, "Check", TPU_NEED_INFER, 1, serve_health_check),
     CHEAP(TPUD__METHOD__OIP_REPOSITORY_INDEX, "RepositoryIndex", TPU_NEED_INFER, 0,
           serve_oip_repository_index),
+    CHEAP(TPUD__METHOD__OIP_MODEL_CONFIG, "ModelConfig", TPU_NEED_INFER, 0, serve_model_config),
+    CHEAP(TPUD__METHOD__OIP_MODEL_STATISTICS, "ModelStatistics", TPU_NEED_INFER, 0,
+          serve_model_statistics),
     COMPUTES(TPUD__METHOD__OIP_REPOSITORY_MODEL_LOAD, "RepositoryModelLoad", TPU_NEED_ADMIN,
              serve_oip_repository_load, respond_oip_repository_load, digest_load_unload,
              answer_size_small, release_op),

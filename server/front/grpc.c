@@ -205,7 +205,8 @@ static void dispatch(tpu__h2_t *h, h2_stream_t *s) {
     char msg[512];
     snprintf(msg, sizeof msg, "unknown method %s: tpud serves /inference.GRPCInferenceService/"
              "{ServerLive,ServerReady,ModelReady,ServerMetadata,ModelMetadata,ModelInfer,"
-             "RepositoryIndex,RepositoryModelLoad,RepositoryModelUnload}, "
+             "RepositoryIndex,RepositoryModelLoad,RepositoryModelUnload,ModelConfig,"
+             "ModelStatistics}, "
              "/tpud.TpudService/{ModelLoad,ModelUnload,MatMul,RepositoryIndex} and "
              "/grpc.health.v1.Health/Check (not Watch: tpud's methods are unary)", s->path);
     refuse(h, s, TPU_CODE_UNIMPLEMENTED, msg);

@@ -414,6 +414,56 @@ static json_t *tensors_json(Inference__ModelMetadataResponse__TensorMetadata **t
   return a;
 }
 
+/* A message as JSON the way Triton's HTTP extensions print theirs (protobuf's JSON mapping
+ * with the proto field names): every field, enums by name, 64-bit integers as numbers, unset
+ * sub-messages left out. For the configuration and statistics answers. */
+static json_t *message_json(const ProtobufCMessage *msg) {
+  const ProtobufCMessageDescriptor *d = msg->descriptor;
+  json_t *o = json_object();
+  for (unsigned i = 0; o && i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &d->fields[i];
+    const char *base = (const char *)msg + f->offset;
+    size_t count = 1;
+    if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+      count = *(const size_t *)((const char *)msg + f->quantifier_offset);
+      base = *(const char *const *)base;
+    }
+    json_t *arr = f->label == PROTOBUF_C_LABEL_REPEATED ? json_array() : NULL;
+    for (size_t k = 0; k < count; k++) {
+      json_t *v = NULL;
+      switch (f->type) {
+      case PROTOBUF_C_TYPE_INT32: v = json_integer(((const int32_t *)base)[k]); break;
+      case PROTOBUF_C_TYPE_UINT32: v = json_integer(((const uint32_t *)base)[k]); break;
+      case PROTOBUF_C_TYPE_INT64: v = json_integer(((const int64_t *)base)[k]); break;
+      case PROTOBUF_C_TYPE_UINT64: v = json_integer((json_int_t)((const uint64_t *)base)[k]); break;
+      case PROTOBUF_C_TYPE_BOOL: v = json_boolean(((const protobuf_c_boolean *)base)[k]); break;
+      case PROTOBUF_C_TYPE_STRING: {
+        const char *str = ((const char *const *)base)[k];
+        v = json_string(str ? str : "");
+        break;
+      }
+      case PROTOBUF_C_TYPE_ENUM: {
+        const ProtobufCEnumValue *ev =
+            protobuf_c_enum_descriptor_get_value(f->descriptor, ((const int *)base)[k]);
+        v = ev ? json_string(ev->name) : json_integer(((const int *)base)[k]);
+        break;
+      }
+      case PROTOBUF_C_TYPE_MESSAGE: {
+        const ProtobufCMessage *sub = ((const ProtobufCMessage *const *)base)[k];
+        v = sub ? message_json(sub) : NULL;
+        break;
+      }
+      default: break; /* no other field types in these messages */
+      }
+      if (!v) continue;
+      if (arr) json_array_append_new(arr, v);
+      else json_object_set_new(o, f->name, v);
+    }
+    if (arr) json_object_set_new(o, f->name, arr);
+  }
+  return o;
+}
+
 /* The JSON body of an OK answer, and its status (an OK "not ready" answer is 503 with the
  * note as its error). NULL: out of memory. */
 static json_t *answer_json(const tpu__call_t *call, const char *note,
@@ -472,6 +522,12 @@ static json_t *answer_json(const tpu__call_t *call, const char *note,
     }
     break;
   }
+  case TPUD__METHOD__OIP_MODEL_CONFIG: /* Triton's model configuration JSON */
+    j = message_json(&((const Inference__ModelConfigResponse *)p)->config->base);
+    break;
+  case TPUD__METHOD__OIP_MODEL_STATISTICS: /* Triton's statistics JSON */
+    j = message_json(p);
+    break;
   case TPUD__METHOD__MODEL_LOAD:
   case TPUD__METHOD__MODEL_UNLOAD: /* the repository extension: 200 says it, the body is {} */
     j = json_object();
@@ -705,6 +761,13 @@ static int decode_path(const tpu__request_t *r, ProtobufCMessage **out, char *ms
   } else if (r->method == TPUD__METHOD__MODEL_READY) {
     ((Inference__ModelReadyRequest *)m)->name = name;
     ((Inference__ModelReadyRequest *)m)->version = version;
+  } else if (r->method == TPUD__METHOD__OIP_MODEL_CONFIG) {
+    ((Inference__ModelConfigRequest *)m)->name = name;
+    ((Inference__ModelConfigRequest *)m)->version = version;
+  } else if (r->method == TPUD__METHOD__OIP_MODEL_STATISTICS) {
+    Inference__ModelStatisticsRequest *q = (Inference__ModelStatisticsRequest *)m;
+    q->version = version;
+    if (name) q->name = name; /* /v2/models/stats: every model (the default "") */
   } else {
     free(name);
     free(version);

@@ -79,6 +79,10 @@ tpu__endpoint_t tpu__http_match(char **seg, int n) {
   } else if (n == 3 && IS(1, "debug")) {
     e.kind = IS(2, "config") ? TPU__EP_DEBUG_CONFIG : IS(2, "models") ? TPU__EP_DEBUG_MODELS
              : IS(2, "engine") ? TPU__EP_DEBUG_ENGINE : TPU__EP_NONE;
+  } else if (n == 3 && IS(1, "models") && IS(2, "stats")) {
+    /* Triton's statistics of every model (as in Triton, a model named "stats" loses this) */
+    e = (tpu__endpoint_t){.kind = TPU__EP_METHOD, .method = TPUD__METHOD__OIP_MODEL_STATISTICS,
+                          .allow = "GET"};
   } else if (n >= 3 && IS(1, "models")) {
     /* /v2/models/{m}[/versions/{v}][/ready|/infer] */
     int i = 3;
@@ -93,6 +97,10 @@ tpu__endpoint_t tpu__http_match(char **seg, int n) {
       e.method = TPUD__METHOD__MODEL_READY;
     else if (i + 1 == n && IS(i, "infer"))
       e.method = TPUD__METHOD__MODEL_INFER, e.allow = "POST";
+    else if (i + 1 == n && IS(i, "config"))
+      e.method = TPUD__METHOD__OIP_MODEL_CONFIG;
+    else if (i + 1 == n && IS(i, "stats"))
+      e.method = TPUD__METHOD__OIP_MODEL_STATISTICS;
     if (e.method) e.kind = TPU__EP_METHOD;
   }
 #undef IS

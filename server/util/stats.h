@@ -35,6 +35,9 @@ typedef struct {
 /* Records one observation in a histogram with the given bounds (nbounds ≤ TPU_HIST_US_NBOUNDS). */
 void tpu_hist_observe(tpu_hist_t *h, const uint64_t *bounds, size_t nbounds, uint64_t value);
 
+/* Buckets a model's per-bucket counters hold (the batcher's limit). */
+#define TPU_STATS_MAX_BUCKETS 64
+
 /* Counters of one model version (owned by its batcher). */
 typedef struct {
   _Atomic uint64_t requests[TPU_CODE_COUNT]; /* infer requests answered, by status */
@@ -48,6 +51,17 @@ typedef struct {
   _Atomic uint64_t macs;                     /* multiply-accumulates of its engine calls (padded) */
   _Atomic uint64_t sim_cycles;               /* cycles the modelled systolic array needs for them */
   _Atomic uint64_t sim_slots;                /* sim_cycles × array rows × cols: MAC slots offered */
+  /* Triton's statistics extension (ModelStatistics): ModelInfer answers and their summed
+   * latency (received → answered, microseconds), OK and not; the batcher's copies of rows into
+   * and out of the engine's buffers; the wall-clock time of the last batch; each bucket's
+   * engine calls and times (index: the model's bucket). */
+  _Atomic uint64_t infer_ok, infer_ok_us, infer_fail, infer_fail_us;
+  _Atomic uint64_t input_us, output_us;
+  _Atomic uint64_t last_infer_ms;            /* milliseconds since the epoch; 0: none yet */
+  _Atomic uint64_t bucket_batches[TPU_STATS_MAX_BUCKETS];
+  _Atomic uint64_t bucket_input_us[TPU_STATS_MAX_BUCKETS];
+  _Atomic uint64_t bucket_compute_us[TPU_STATS_MAX_BUCKETS];
+  _Atomic uint64_t bucket_output_us[TPU_STATS_MAX_BUCKETS];
 } tpu_model_stats_t;
 
 /* HTTP status codes counted by the HTTP endpoint; the last slot counts any other code. */

@@ -584,7 +584,7 @@ case("env-field-0", "varints", "framed", frame(fv(1, 7) + fv(2, SERVER_LIVE) + b
 
 # -- unknown methods --
 case("method-unspecified", "methods", "framed", frame(envelope(11, 0)),
-     "UNIMPLEMENTED", ("unknown method 0", "expected a tpud.Method from 1 to 14"), rid=11)
+     "UNIMPLEMENTED", ("unknown method 0", "expected a tpud.Method from 1 to 16"), rid=11)
 case("method-99", "methods", "framed", frame(envelope(12, 99)),
      "UNIMPLEMENTED", "unknown method 99", rid=12)
 case("method-negative", "methods", "framed", frame(envelope(13, -1)),

@@ -153,7 +153,34 @@ service GRPCInferenceService {
   rpc RepositoryIndex(RepositoryIndexRequest) returns (RepositoryIndexResponse) {}
   rpc RepositoryModelLoad(RepositoryModelLoadRequest) returns (RepositoryModelLoadResponse) {}
   rpc RepositoryModelUnload(RepositoryModelUnloadRequest) returns (RepositoryModelUnloadResponse) {}
+  rpc ModelConfig(ModelConfigRequest) returns (ModelConfigResponse) {}
+  rpc ModelStatistics(ModelStatisticsRequest) returns (ModelStatisticsResponse) {}
 }
+enum DataType { TYPE_INVALID = 0; TYPE_BOOL = 1; TYPE_UINT8 = 2; TYPE_UINT16 = 3; TYPE_UINT32 = 4;
+  TYPE_UINT64 = 5; TYPE_INT8 = 6; TYPE_INT16 = 7; TYPE_INT32 = 8; TYPE_INT64 = 9; TYPE_FP16 = 10;
+  TYPE_FP32 = 11; TYPE_FP64 = 12; TYPE_STRING = 13; TYPE_BF16 = 14; }
+message ModelInput { string name = 1; DataType data_type = 2; repeated int64 dims = 4; }
+message ModelOutput { string name = 1; DataType data_type = 2; repeated int64 dims = 3;
+  string label_filename = 4; }
+message ModelDynamicBatching { repeated int32 preferred_batch_size = 1;
+  uint64 max_queue_delay_microseconds = 2; }
+message ModelConfig { string name = 1; string platform = 2; string backend = 17;
+  int32 max_batch_size = 4; repeated ModelInput input = 5; repeated ModelOutput output = 6;
+  oneof scheduling_choice { ModelDynamicBatching dynamic_batching = 11; } }
+message ModelConfigRequest { string name = 1; string version = 2; }
+message ModelConfigResponse { ModelConfig config = 1; }
+message StatisticDuration { uint64 count = 1; uint64 ns = 2; }
+message InferStatistics { StatisticDuration success = 1; StatisticDuration fail = 2;
+  StatisticDuration queue = 3; StatisticDuration compute_input = 4;
+  StatisticDuration compute_infer = 5; StatisticDuration compute_output = 6;
+  StatisticDuration cache_hit = 7; StatisticDuration cache_miss = 8; }
+message InferBatchStatistics { uint64 batch_size = 1; StatisticDuration compute_input = 2;
+  StatisticDuration compute_infer = 3; StatisticDuration compute_output = 4; }
+message ModelStatistics { string name = 1; string version = 2; uint64 last_inference = 3;
+  uint64 inference_count = 4; uint64 execution_count = 5; InferStatistics inference_stats = 6;
+  repeated InferBatchStatistics batch_stats = 7; }
+message ModelStatisticsRequest { string name = 1; string version = 2; }
+message ModelStatisticsResponse { repeated ModelStatistics model_stats = 1; }
 message ModelRepositoryParameter {
   oneof parameter_choice { bool bool_param = 1; int64 int64_param = 2; string string_param = 3;
                            bytes bytes_param = 4; }
@@ -225,6 +252,19 @@ with grpc.insecure_channel(target) as ch:
     r = code(s.RepositoryModelLoad, pb.RepositoryModelLoadRequest(model_name="nope"),
              metadata=A, timeout=10)
     check(r.startswith("NOT_FOUND"), "RepositoryModelLoad of a model not in the repository: %s" % r)
+    c = s.ModelConfig(pb.ModelConfigRequest(name="matmul"), metadata=I, timeout=10).config
+    check(c.name == "matmul" and c.max_batch_size == 256 and c.input[0].data_type == pb.TYPE_FP32
+          and list(c.input[0].dims) == [256] and list(c.dynamic_batching.preferred_batch_size)
+          == [1, 16, 64, 256] and c.dynamic_batching.max_queue_delay_microseconds == 200,
+          "ModelConfig matmul (Triton's messages): max_batch_size %d, dims %s, preferred %s"
+          % (c.max_batch_size, list(c.input[0].dims), list(c.dynamic_batching.preferred_batch_size)))
+    st = s.ModelStatistics(pb.ModelStatisticsRequest(), metadata=I, timeout=10).model_stats
+    names = sorted(m.name for m in st)
+    check(names == ["digits", "matmul"] and all(
+        sum(b.compute_infer.count for b in m.batch_stats) == m.execution_count for m in st),
+        "ModelStatistics (every model): %s, per-bucket counts add up" % names)
+    r = code(s.ModelStatistics, pb.ModelStatisticsRequest(name="nope"), metadata=I, timeout=10)
+    check(r.startswith("NOT_FOUND"), "ModelStatistics of an unknown model: %s" % r)
 sys.exit(1 if bad else 0)
 EOF
   [ $? = 0 ] || FAIL=1

@@ -116,6 +116,35 @@ json.dump({"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32", "data"
 open(w + "/deep.json", "w").write('{"inputs": ' + "[" * 5000 + "]" * 5000 + "}")
 open(w + "/big.json", "w").write('{"inputs": [], "pad": "' + "x" * 100000 + '"}')
 EOF
+# Triton's configuration and statistics extensions: the statistics move by exactly the
+# requests sent (3 of 3 rows and one refused), and the per-bucket counts add up.
+req GET /v2/models/digits/config 200 'j["name"] == "digits" and j["max_batch_size"] == 64 and j["input"] == [{"name": "x", "data_type": "TYPE_FP32", "dims": [64]}] and j["output"][0]["dims"] == [10] and j["dynamic_batching"]["preferred_batch_size"] == [1, 8, 32, 64] and j["dynamic_batching"]["max_queue_delay_microseconds"] == 500'
+req GET /v2/models/digits/versions/1/config 200 'j["name"] == "digits"'
+req GET /v2/models/nope/config 404 '"nope" in j["error"]'
+req GET /v2/models/digits/stats 200 'len(j["model_stats"]) == 1 and j["model_stats"][0]["version"] == "1"'
+cp "$WORK/body" "$WORK/stats0.json"
+for _ in 1 2 3; do
+  curl -s -o /dev/null -H 'Content-Type: application/json' --data-binary @"$WORK/flat.json" \
+    "$URL/v2/models/digits/infer"
+done
+curl -s -o /dev/null -H 'Content-Type: application/json' --data-binary @"$WORK/shape.json" \
+  "$URL/v2/models/digits/infer"
+req GET /v2/models/stats 200 'any(m["name"] == "digits" for m in j["model_stats"])'
+req GET /v2/models/digits/versions/1/stats 200 'True'
+$PY - "$WORK/stats0.json" "$WORK/body" <<'EOF' || fail "statistics did not move by the requests sent"
+import json, sys
+a = json.load(open(sys.argv[1]))["model_stats"][0]
+b = json.load(open(sys.argv[2]))["model_stats"][0]
+d = lambda k: b["inference_stats"][k]["count"] - a["inference_stats"][k]["count"]
+assert d("success") == 3 and d("fail") == 1, (d("success"), d("fail"))
+assert b["inference_count"] - a["inference_count"] == 9
+assert 1 <= b["execution_count"] - a["execution_count"] <= 3
+assert sum(s["compute_infer"]["count"] for s in b["batch_stats"]) == b["execution_count"]
+assert all(s["batch_size"] in (1, 8, 32, 64) for s in b["batch_stats"])
+assert b["inference_stats"]["success"]["ns"] > a["inference_stats"]["success"]["ns"]
+assert b["last_inference"] > 1.7e12
+print("ok: /v2/models/digits/stats: +3 success, +1 fail, +9 inferences, per-bucket counts add up")
+EOF
 req POST /v2/models/digits/infer 200 'j["model_name"] == "digits" and j["model_version"] == "1" and j["id"] == "req-42" and j["outputs"][0]["shape"] == [3, 10] and len(j["outputs"][0]["data"]) == 30 and abs(sum(j["outputs"][0]["data"]) - 3) < 1e-4' --data-binary @"$WORK/flat.json"
 cp "$WORK/body" "$WORK/http_flat.out"
 req POST /v2/models/digits/versions/1/infer 200 'j["outputs"][0]["shape"] == [3, 10]' --data-binary @"$WORK/nested.json"

@@ -120,6 +120,17 @@ static ProtobufCMessage *sample_request(int method) {
     rl.model_name = "digits";
     return &rl.base;
   }
+  case TPUD__METHOD__OIP_MODEL_CONFIG: {
+    static Inference__ModelConfigRequest mc = INFERENCE__MODEL_CONFIG_REQUEST__INIT;
+    mc.name = "digits";
+    return &mc.base;
+  }
+  case TPUD__METHOD__OIP_MODEL_STATISTICS: {
+    static Inference__ModelStatisticsRequest ms = INFERENCE__MODEL_STATISTICS_REQUEST__INIT;
+    ms.name = "digits";
+    ms.version = "1";
+    return &ms.base;
+  }
   case TPUD__METHOD__OIP_REPOSITORY_MODEL_UNLOAD: {
     static Inference__RepositoryModelUnloadRequest ru =
         INFERENCE__REPOSITORY_MODEL_UNLOAD_REQUEST__INIT;
@@ -257,6 +268,25 @@ static ProtobufCMessage *sample_response(int method) {
     static Inference__RepositoryModelLoadResponse lr = INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
     return &lr.base;
   }
+  case TPUD__METHOD__OIP_MODEL_CONFIG: {
+    static Inference__ModelConfig mcfg = INFERENCE__MODEL_CONFIG__INIT;
+    static Inference__ModelConfigResponse cr = INFERENCE__MODEL_CONFIG_RESPONSE__INIT;
+    mcfg.name = "digits";
+    mcfg.max_batch_size = 64;
+    cr.config = &mcfg;
+    return &cr.base;
+  }
+  case TPUD__METHOD__OIP_MODEL_STATISTICS: {
+    static Inference__ModelStatistics st = INFERENCE__MODEL_STATISTICS__INIT;
+    static Inference__ModelStatistics *sts[] = {&st};
+    static Inference__ModelStatisticsResponse sr = INFERENCE__MODEL_STATISTICS_RESPONSE__INIT;
+    st.name = "digits";
+    st.version = "1";
+    st.inference_count = 9;
+    sr.n_model_stats = 1;
+    sr.model_stats = sts;
+    return &sr.base;
+  }
   case TPUD__METHOD__OIP_REPOSITORY_MODEL_UNLOAD: {
     static Inference__RepositoryModelUnloadResponse ur =
         INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
@@ -369,7 +399,7 @@ static void test_roundtrip_every_method(void) {
   const char *md[] = {"authorization", "Bearer t0k3n", "x-empty", NULL};
   tpu_frame_decoder_t *d = NULL;
   CU_ASSERT_FATAL(tpu_frame_decoder_create(0, &d) == TPU_PROTO_OK);
-  for (int m = 1; m <= 14; m++) {
+  for (int m = 1; m <= 16; m++) {
     const tpu_method_info_t *info = tpu_envelope_method_info(m);
     CU_ASSERT_PTR_NOT_NULL_FATAL(info);
     const ProtobufCMessage *req = sample_request(m), *resp = sample_response(m);
@@ -622,7 +652,7 @@ static void test_encode_errors(void) {
   CU_ASSERT_EQUAL(tpu_envelope_encode_request(&r, buf, sizeof buf, &n, &err), TPU_PROTO_ENOID);
   CU_ASSERT(has(err.msg, "non-zero id"));
   CU_ASSERT_EQUAL(n, 0u);
-  const int bad_methods[] = {0, 15, -5, INT_MAX};
+  const int bad_methods[] = {0, 17, -5, INT_MAX};
   for (size_t i = 0; i < 4; i++) {
     r.id = 9;
     r.method = bad_methods[i];
@@ -707,7 +737,7 @@ static void test_decode_unknown_method(void) {
   CU_ASSERT_PTR_NULL(env);
   CU_ASSERT_EQUAL(err.request_id, 7u); /* the caller can answer request 7 with UNIMPLEMENTED */
   CU_ASSERT(has(err.msg, "unknown method 99"));
-  CU_ASSERT(has(err.msg, "from 1 to 14"));
+  CU_ASSERT(has(err.msg, "from 1 to 16"));
 
   wire_t absent = {.n = 0};
   wire_uint(&absent, 1, 8);
@@ -1048,7 +1078,7 @@ static void test_unpack_payload_errors(void) {
                   TPU_PROTO_EDECODE);
   CU_ASSERT(has(err.msg, "tpud.MatMulResponse"));
   CU_ASSERT_EQUAL(tpu_envelope_unpack_response_payload(renv, 0, &msg, &err), TPU_PROTO_EMETHOD);
-  CU_ASSERT_EQUAL(tpu_envelope_unpack_response_payload(renv, 15, &msg, &err), TPU_PROTO_EMETHOD);
+  CU_ASSERT_EQUAL(tpu_envelope_unpack_response_payload(renv, 17, &msg, &err), TPU_PROTO_EMETHOD);
   tpu_envelope_response_free(renv);
   CU_ASSERT_PTR_NULL(tpu_envelope_request_metadata(NULL, "k"));
 }

@@ -23,16 +23,18 @@ static void test_names(void) {
   static const char *const rpcs[] = {"ServerLive",          "ServerReady",   "ModelReady",
                                      "ServerMetadata",      "ModelMetadata", "ModelInfer",
                                      "RepositoryIndex",     "RepositoryModelLoad",
-                                     "RepositoryModelUnload"};
+                                     "RepositoryModelUnload", "ModelConfig", "ModelStatistics"};
   static const ProtobufCMessageDescriptor *const in[] = {
       &inference__server_live_request__descriptor,     &inference__server_ready_request__descriptor,
       &inference__model_ready_request__descriptor,     &inference__server_metadata_request__descriptor,
       &inference__model_metadata_request__descriptor,  &inference__model_infer_request__descriptor,
       &inference__repository_index_request__descriptor,
       &inference__repository_model_load_request__descriptor,
-      &inference__repository_model_unload_request__descriptor};
-  CU_ASSERT_EQUAL_FATAL(s->n_methods, 9u);
-  for (unsigned i = 0; i < 9; i++) {
+      &inference__repository_model_unload_request__descriptor,
+      &inference__model_config_request__descriptor,
+      &inference__model_statistics_request__descriptor};
+  CU_ASSERT_EQUAL_FATAL(s->n_methods, 11u);
+  for (unsigned i = 0; i < 11; i++) {
     CU_ASSERT_STRING_EQUAL(s->methods[i].name, rpcs[i]);
     CU_ASSERT_PTR_EQUAL(s->methods[i].input, in[i]);
   }
