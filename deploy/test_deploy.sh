@@ -3,7 +3,9 @@
 #
 #  1. manifests, offline: `haproxy -c` on deploy/haproxy/haproxy.cfg, `docker-compose config` on
 #     deploy/compose.yaml, deploy/k8s/*.yaml against the Kubernetes schemas plus the wiring tpud
-#     needs (deploy/k8s/validate, `npm ci` then node), the shipped config.json files against
+#     needs (deploy/k8s/validate, `npm ci` then node; also the KServe ServingRuntime and
+#     InferenceService in deploy/k8s/kserve, and broken copies that it must refuse), tpud run
+#     with the k8s ConfigMap's config.json (TLS, tokens, JSON logs), the shipped config.json files against
 #     `tpud --help`, and `systemd-analyze verify` on deploy/systemd/tpud.service;
 #  2. deploy/test_failover.sh: three tpud replicas behind HAProxy, one killed under load;
 #  3. the container: debian:bookworm and debian:bookworm-slim made with debootstrap when podman's
@@ -51,6 +53,67 @@ echo "  docker-compose config: deploy/compose.yaml valid"
 "$BUILD/server/tpud" --help >"$WORK/tpud-help.txt"
 (cd "$SRC/deploy/k8s/validate" && TPUD_HELP="$WORK/tpud-help.txt" node validate.mjs ..) ||
   { echo "FAIL: deploy/k8s manifests"; exit 1; }
+# The validator must catch what it is there for: a copy with plain-HTTP probes under TLS, a
+# tokens line in the wrong format and a runtime that misses /mnt/models fails, naming each.
+cp -r "$SRC/deploy/k8s" "$WORK/k8s-bad"
+sed -i 's/, scheme: HTTPS}/}/' "$WORK/k8s-bad/deployment.yaml"
+sed -i 's/^    token REPLACE-sha256-hex-of-the-app-token infer fraud-scoring$/    fraud-scoring: some-token/' \
+  "$WORK/k8s-bad/secret.yaml"
+sed -i 's#"/mnt/models"#"/models"#' "$WORK/k8s-bad/kserve/servingruntime.yaml"
+rm -rf "$WORK/k8s-bad/validate"
+if (cd "$SRC/deploy/k8s/validate" && node validate.mjs "$WORK/k8s-bad") >"$WORK/bad.log" 2>&1; then
+  cat "$WORK/bad.log"; echo "FAIL: the validator passed broken manifests"; exit 1
+fi
+for want in "readinessProbe: tls-cert is set, so the probe needs scheme HTTPS" \
+  'tokens line 3: expected "token <sha256-hex> <infer|admin> <name>"' \
+  "args: --models must be /mnt/models"; do
+  grep -qF "$want" "$WORK/bad.log" || { cat "$WORK/bad.log"; echo "FAIL: validator did not say: $want"; exit 1; }
+done
+echo "  validate: broken copies refused (HTTP probes under TLS, a tokens line, the runtime's model path)"
+# The ConfigMap's config.json runs: tpud with it (paths moved to a scratch directory, a
+# throwaway certificate, a tokens file in the Secret's format) serves HTTPS health without a
+# token, refuses an unauthenticated inference 401, answers the token's, and logs JSON lines.
+python3 - "$SRC/deploy/k8s/configmap.yaml" "$WORK/k8s-run" <<'EOF'
+import json, os, re, sys
+text = open(sys.argv[1]).read()
+body = text.split("config.json: |", 1)[1]
+cfg = json.loads("\n".join(l[4:] for l in body.splitlines() if l.strip()))
+w = sys.argv[2]
+os.makedirs(w, exist_ok=True)
+for k, v in list(cfg.items()):
+    if isinstance(v, str) and v.startswith("/etc/"):
+        cfg[k] = os.path.join(w, os.path.basename(v))
+cfg["models"], cfg["listen"], cfg["port"], cfg["http-port"] = os.path.join(w, "models"), "127.0.0.1", 0, 0
+json.dump(cfg, open(os.path.join(w, "config.json"), "w"))
+EOF
+R=$WORK/k8s-run
+mkdir -p "$R/models"
+cp -r "$SRC/models/digits" "$R/models/"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
+  -addext "subjectAltName=IP:127.0.0.1" -keyout "$R/tls.key" -out "$R/tls.crt" 2>/dev/null
+APPTOK=$(openssl rand -hex 16)
+printf '# the Secret format\ntoken %s infer fraud-scoring\n' "$(printf %s "$APPTOK" | sha256sum | cut -d' ' -f1)" >"$R/tokens"
+"$BUILD/server/tpud" --config "$R/config.json" 2>"$R/log" &
+KPID=$!
+HP=
+for _ in $(seq 1 100); do
+  HP=$(grep -o 'tpud listening on 127.0.0.1:[0-9]* (http' "$R/log" | grep -o ':[0-9]*' | tr -d : || true)
+  [ -n "$HP" ] && break
+  sleep 0.1
+done
+[ -n "$HP" ] || { cat "$R/log"; kill $KPID; echo "FAIL: tpud with the ConfigMap's config.json did not start"; exit 1; }
+BODY='{"inputs":[{"name":"x","shape":[1,64],"datatype":"FP32","data":['"$(printf '0,%.0s' $(seq 1 63))"'0]}]}'
+r1=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$R/tls.crt" "https://127.0.0.1:$HP/v2/health/ready" || true)
+r2=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$R/tls.crt" -d "$BODY" "https://127.0.0.1:$HP/v2/models/digits/infer" || true)
+r3=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$R/tls.crt" -H "Authorization: Bearer $APPTOK" -d "$BODY" \
+  "https://127.0.0.1:$HP/v2/models/digits/infer" || true)
+kill -TERM $KPID
+wait $KPID || true
+json_lines=$(python3 -c "import json,sys; [json.loads(l) for l in open('$R/log')]; print('ok')" 2>&1 || true)
+if [ "$r1/$r2/$r3" != "200/401/200" ] || [ "$json_lines" != ok ]; then
+  tail -5 "$R/log"; echo "FAIL: the ConfigMap's config: ready $r1, no token $r2, token $r3, JSON log: $json_lines"; exit 1
+fi
+echo "  configmap config.json runs: HTTPS ready 200 without a token, infer 401 without, 200 with the token; JSON log lines"
 # The JSON config files shipped for the container and for systemd name only tpud options.
 python3 - "$WORK/tpud-help.txt" "$SRC/deploy/container/config.json" "$SRC/deploy/systemd/config.json" <<'EOF' ||
 import json, sys

@@ -93,6 +93,34 @@ else {
         if (cfg.listen !== "0.0.0.0" && !(c.args || []).includes("0.0.0.0")) err(cm.where, "tpud would listen on 127.0.0.1 only");
         if ((cfg["http-port"] ?? 8501) !== 8501 || (cfg.port ?? 8500) !== 8500) err(cm.where, "ports differ from the container's and the probes'");
         if (cfg.models !== "/models") err(cm.where, `models is ${cfg.models}, the volume is at /models`);
+        // TLS on: the probes must speak HTTPS (tpud serves HTTPS on 8501 with tls-cert).
+        if (cfg["tls-cert"] && cfg["http-tls"] !== false)
+          for (const [what, p] of [["readinessProbe", c.readinessProbe], ["livenessProbe", c.livenessProbe],
+                                   ["startupProbe", c.startupProbe]])
+            if (p?.httpGet && p.httpGet.scheme !== "HTTPS") err(w, `${what}: tls-cert is set, so the probe needs scheme HTTPS`);
+        if (cfg.tokens && cfg["auth-open-health"] === false) err(cm.where, "tokens without auth-open-health: the probes would get 401");
+        // Every file option names a file inside a mounted Secret or ConfigMap, under a key it has.
+        for (const k of ["tls-cert", "tls-key", "tls-client-ca", "tokens"]) {
+          const file = cfg[k];
+          if (!file) continue;
+          const m = (c.volumeMounts || []).find((vm) => file.startsWith(vm.mountPath.replace(/\/?$/, "/")));
+          const v = m && vols[m.name];
+          const key = m && file.slice(m.mountPath.replace(/\/?$/, "/").length);
+          const src = v?.secret ? find("Secret", v.secret.secretName) : v?.configMap ? find("ConfigMap", v.configMap.name) : null;
+          const keys = src ? Object.keys({ ...(src.o.data || {}), ...(src.o.stringData || {}) }) : [];
+          if (!src) err(cm.where, `${k}: ${file} is in no mounted Secret or ConfigMap`);
+          else if (!keys.includes(key)) err(cm.where, `${k}: ${src.where} has no key ${key} (keys: ${keys.join(", ")})`);
+          else if (v.secret?.optional) err(w, `volume ${v.name}: optional, but ${k} needs ${file}`);
+          if (k === "tokens" && src) {
+            const text = (src.o.stringData || {})[key] ?? Buffer.from((src.o.data || {})[key] || "", "base64").toString();
+            text.split("\n").forEach((line, i) => {
+              const l = line.trim();
+              if (!l || l.startsWith("#")) return;
+              if (!/^(token (REPLACE\S*|[0-9a-f]{64}) (infer|admin) \S+|cert \S+ (infer|admin))$/.test(l))
+                err(src.where, `${key} line ${i + 1}: expected "token <sha256-hex> <infer|admin> <name>" or "cert <CN> <role>", got "${l}"`);
+            });
+          }
+        }
         if (process.env.TPUD_HELP) {
           const help = fs.readFileSync(process.env.TPUD_HELP, "utf8");
           for (const k of Object.keys(cfg))
@@ -121,6 +149,52 @@ else {
   const pdb = find("PodDisruptionBudget");
   if (!pdb) err(dir, "no PodDisruptionBudget");
   else if (!matches(pdb.o.spec.selector.matchLabels, pod.metadata.labels)) err(pdb.where, "selector does not select the tpud pods");
+}
+
+// KServe (kserve/): CRDs the schema package does not know, checked for the wiring KServe and
+// tpud need: the runtime's container, port and probes; tpud's args with the storage
+// initializer's /mnt/models; an InferenceService naming the runtime and one of its formats.
+const kdir = path.join(dir, "kserve");
+if (fs.existsSync(kdir)) {
+  const kobjs = [];
+  for (const f of fs.readdirSync(kdir).filter((f) => /\.ya?ml$/.test(f)).sort())
+    for (const d of YAML.parseAllDocuments(fs.readFileSync(path.join(kdir, f), "utf8"))) {
+      if (d.errors.length) { err(`kserve/${f}`, `YAML: ${d.errors[0].message}`); continue; }
+      const o = d.toJS();
+      if (o) kobjs.push({ where: `kserve/${f} ${o.kind}/${o.metadata?.name}`, o });
+    }
+  const rt = kobjs.find((x) => x.o.kind === "ServingRuntime" && x.o.apiVersion === "serving.kserve.io/v1alpha1");
+  if (!rt) err(kdir, "no serving.kserve.io/v1alpha1 ServingRuntime");
+  else {
+    const s2 = rt.o.spec, c2 = s2.containers?.find((x) => x.name === "kserve-container");
+    if (!c2) err(rt.where, "no container named kserve-container (KServe injects into that one)");
+    else {
+      const args = c2.args || [];
+      const arg = (flag) => args[args.indexOf(flag) + 1];
+      if (arg("--models") !== "/mnt/models") err(rt.where, "args: --models must be /mnt/models (where KServe puts storageUri)");
+      if (arg("--listen") !== "0.0.0.0") err(rt.where, "args: --listen 0.0.0.0 missing");
+      const http1 = (c2.ports || []).find((p) => p.name === "http1");
+      if (!http1 || String(http1.containerPort) !== String(arg("--http-port") ?? 8501)) err(rt.where, "port http1 must be tpud's --http-port");
+      if (c2.readinessProbe?.httpGet?.path !== "/v2/health/ready") err(rt.where, "readinessProbe must be /v2/health/ready");
+      if (c2.securityContext?.runAsNonRoot !== true) err(rt.where, "runAsNonRoot is not set");
+      if (process.env.TPUD_HELP) {
+        const help = fs.readFileSync(process.env.TPUD_HELP, "utf8");
+        for (const a of args) if (a.startsWith("--") && !help.includes(`${a.split("=")[0]} `)) err(rt.where, `args: ${a} is not a tpud option`);
+      }
+    }
+    if (!(s2.protocolVersions || []).includes("v2")) err(rt.where, "protocolVersions lacks v2");
+    if (!(s2.supportedModelFormats || []).length) err(rt.where, "no supportedModelFormats");
+    console.log(`  ok  ${rt.where}`);
+    for (const isvc of kobjs.filter((x) => x.o.kind === "InferenceService")) {
+      const m = isvc.o.spec?.predictor?.model;
+      if (isvc.o.apiVersion !== "serving.kserve.io/v1beta1") err(isvc.where, "expected serving.kserve.io/v1beta1");
+      if (!m) { err(isvc.where, "no spec.predictor.model"); continue; }
+      if (m.runtime !== rt.o.metadata.name) err(isvc.where, `runtime ${m.runtime}, not ${rt.o.metadata.name}`);
+      if (!(s2.supportedModelFormats || []).some((f) => f.name === m.modelFormat?.name)) err(isvc.where, `modelFormat ${m.modelFormat?.name} is not one the runtime supports`);
+      if (!m.storageUri) err(isvc.where, "no storageUri");
+      console.log(`  ok  ${isvc.where}`);
+    }
+  }
 }
 
 if (errors.length) {
