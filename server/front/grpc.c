@@ -55,6 +55,7 @@
 #include "framed.h"
 #include "server_int.h"
 #include "tpu_grpc.h"
+#include "tpu_reflection.h"
 
 /* Rapid reset (CVE-2023-44487): the client may reset H2_RESET_BURST streams at once, then
  * H2_RESET_RATE a second (nghttp2 1.57's defaults); past that, GOAWAY ENHANCE_YOUR_CALM. Ours,
@@ -83,6 +84,9 @@ typedef struct h2_stream {
   int has_type;          /* a content-type header came */
   int has_timeout;
   uint64_t timeout_us;
+  int reflect;           /* server reflection: a stream of requests, each answered at once */
+  int reflect_started;   /* its response headers are out; DATA follows as answers come */
+  int client_done;       /* the client ended its side (END_STREAM) */
   char *authz[2];        /* the first two "authorization" values (malloc'd), NULL when absent */
   size_t n_authz;        /* "authorization" headers the request carried */
   size_t header_bytes;
@@ -178,6 +182,97 @@ static void refuse_later(h2_stream_t *s, int code, const char *fmt, const char *
   snprintf(s->msg, sizeof s->msg, fmt, arg);
 }
 
+/* ---- server reflection: a bidirectional stream, each request answered as it completes ---- */
+
+/* The DATA of a reflection stream: what is answered so far; deferred until more comes, then
+ * the trailers once the client has ended its side and everything is out. */
+static ssize_t read_stream(nghttp2_session *session, int32_t stream_id, uint8_t *buf,
+                           size_t length, uint32_t *data_flags, nghttp2_data_source *source,
+                           void *ud) {
+  tpu__h2_t *h = ud;
+  h2_stream_t *s = source->ptr;
+  size_t n = s->out_len - s->out_off;
+  if (n == 0 && !s->client_done) return NGHTTP2_ERR_DEFERRED;
+  if (n > length) n = length;
+  memcpy(buf, s->out + s->out_off, n);
+  s->out_off += n;
+  h->pending_out -= n;
+  tpu_stats_sub(&tpu_stats.buffered_bytes, n);
+  if (s->out_off == s->out_len && s->client_done) {
+    *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+    nghttp2_nv trailers[] = {NV("grpc-status", "0")};
+    if (nghttp2_submit_trailer(session, stream_id, trailers, 1) != 0)
+      return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  }
+  return (ssize_t)n;
+}
+
+/* Answers every complete request message in s->body (tpu_reflection_answer, protocol code:
+ * cheap lookups in the embedded descriptors, fine on the I/O thread) and keeps the rest. */
+static void reflect_messages(tpu__h2_t *h, h2_stream_t *s) {
+  const tpu_config_t *cfg = &srv_of(h)->cfg;
+  size_t at = 0;
+  while (s->len - at >= TPU_FRAME_HEADER_SIZE && s->state == S_READING) {
+    uint32_t mlen = 0;
+    tpu_proto_error_t perr;
+    tpu_proto_status_t st = tpu_frame_parse_header(s->body + at, cfg->max_message_bytes, &mlen,
+                                                   &perr);
+    uint8_t *ans = NULL;
+    size_t alen = 0;
+    if (st != TPU_PROTO_OK) {
+      respond_error(h, s, tpu_proto_status_grpc_code(st), perr.msg);
+      break;
+    }
+    if (s->len - at - TPU_FRAME_HEADER_SIZE < mlen) break; /* the rest is still coming */
+    if (tpu_reflection_answer(s->body + at + TPU_FRAME_HEADER_SIZE, mlen, &ans, &alen) != 0) {
+      if (s->reflect_started) { /* its headers are out: end it with an error code */
+        nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_PROTOCOL_ERROR);
+        s->state = S_ANSWERED;
+      } else {
+        respond_error(h, s, TPU_CODE_INVALID_ARGUMENT,
+                      "not a grpc.reflection ServerReflectionRequest");
+      }
+      break;
+    }
+    at += TPU_FRAME_HEADER_SIZE + mlen;
+    /* Append the answer: keep what nghttp2 has not taken, drop what it has. */
+    size_t keep = s->out_len - s->out_off, need = keep + TPU_FRAME_HEADER_SIZE + alen;
+    uint8_t *o = malloc(need);
+    if (!o) {
+      free(ans);
+      nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+      s->state = S_ANSWERED;
+      break;
+    }
+    if (keep) memcpy(o, s->out + s->out_off, keep);
+    tpu_frame_write_header(o + keep, alen, NULL);
+    memcpy(o + keep + TPU_FRAME_HEADER_SIZE, ans, alen);
+    free(ans);
+    free(s->out);
+    s->out = o;
+    s->out_len = need;
+    s->out_off = 0;
+    h->pending_out += TPU_FRAME_HEADER_SIZE + alen;
+    tpu_stats_inc(&tpu_stats.buffered_bytes, TPU_FRAME_HEADER_SIZE + alen);
+    if (!s->reflect_started) {
+      nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
+                          NV("grpc-accept-encoding", "identity")};
+      nghttp2_data_provider prd = {.source.ptr = s, .read_callback = read_stream};
+      if (nghttp2_submit_response(h->session, s->id, nva, 3, &prd) != 0) {
+        s->state = S_ANSWERED;
+        break;
+      }
+      s->reflect_started = 1;
+    } else {
+      nghttp2_session_resume_data(h->session, s->id);
+    }
+  }
+  if (at && s->state == S_READING) {
+    memmove(s->body, s->body + at, s->len - at);
+    s->len -= at;
+  }
+}
+
 /* ---- dispatch ---- */
 
 static void dispatch(tpu__h2_t *h, h2_stream_t *s) {
@@ -201,14 +296,30 @@ static void dispatch(tpu__h2_t *h, h2_stream_t *s) {
                          "messages); the request has none");
     return;
   }
+  if (s->reflect) { /* the client ended its side: what is left answered, then the trailers */
+    s->state = S_READING; /* still taking its messages */
+    reflect_messages(h, s);
+    if (s->state != S_READING) return;
+    if (s->len) {
+      respond_error(h, s, TPU_CODE_INVALID_ARGUMENT,
+                    "the stream ended inside a message (a 5-byte prefix and its bytes)");
+      return;
+    }
+    s->client_done = 1;
+    s->state = S_ANSWERED;
+    if (s->reflect_started) nghttp2_session_resume_data(h->session, s->id);
+    else respond_error(h, s, TPU_CODE_OK, ""); /* no request: trailers only, OK */
+    return;
+  }
   if (s->method == 0) {
-    char msg[512];
+    char msg[640];
     snprintf(msg, sizeof msg, "unknown method %s: tpud serves /inference.GRPCInferenceService/"
              "{ServerLive,ServerReady,ModelReady,ServerMetadata,ModelMetadata,ModelInfer,"
              "RepositoryIndex,RepositoryModelLoad,RepositoryModelUnload,ModelConfig,"
              "ModelStatistics}, "
              "/tpud.TpudService/{ModelLoad,ModelUnload,MatMul,RepositoryIndex} and "
-             "/grpc.health.v1.Health/Check (not Watch: tpud's methods are unary)", s->path);
+             "/grpc.health.v1.Health/Check (not Watch), and server reflection "
+             "(grpc.reflection.v1 and v1alpha)", s->path);
     refuse(h, s, TPU_CODE_UNIMPLEMENTED, msg);
     return;
   }
@@ -345,6 +456,7 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
 #define IS(lit) (namelen == sizeof(lit) - 1 && memcmp(name, lit, namelen) == 0)
   if (IS(":path")) {
     s->method = tpu_grpc_method_of_path(value, valuelen);
+    s->reflect = tpu_reflection_path(value, valuelen);
     size_t n = valuelen < sizeof s->path - 1 ? valuelen : sizeof s->path - 1;
     memcpy(s->path, value, n);
     s->path[n] = '\0';
@@ -426,6 +538,7 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream
   }
   memcpy(s->body + s->len, data, len);
   s->len += len;
+  if (s->reflect && !s->bad_method && !s->bad_type) reflect_messages(h, s);
   return 0;
 }
 
@@ -450,7 +563,8 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {
       dispatch(h, s);
     } else if (frame->hd.type == NGHTTP2_HEADERS && s->state == S_READING &&
-               (s->code != TPU_CODE_OK || s->method == 0 || s->bad_method || s->bad_type)) {
+               (s->code != TPU_CODE_OK || (s->method == 0 && !s->reflect) || s->bad_method ||
+                s->bad_type)) {
       dispatch(h, s); /* refused from the headers alone: answer without waiting for the body */
     }
     return 0;

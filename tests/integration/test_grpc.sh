@@ -12,7 +12,8 @@
 #      (raw HTTP/2, no client reset); SIGTERM drains a running gRPC call and tpud exits 0.
 #   3. --max-message-bytes 4096 --tokens: RESOURCE_EXHAUSTED, UNAUTHENTICATED,
 #      PERMISSION_DENIED, admin load/unload; Triton's RepositoryIndex/RepositoryModelLoad/
-#      RepositoryModelUnload with stubs from Triton's message definitions (written here).
+#      RepositoryModelUnload, ModelConfig, ModelStatistics with stubs from Triton's message
+#      definitions (written here); server reflection v1 and v1alpha walked end to end.
 #   4. TLS with client certificates: ALPN h2 next to tpud/1, a subset of 1, refusals, and the
 #      certificate subject as the audit identity.
 # $1 = build directory, $2 = source directory.
@@ -265,6 +266,119 @@ with grpc.insecure_channel(target) as ch:
         "ModelStatistics (every model): %s, per-bucket counts add up" % names)
     r = code(s.ModelStatistics, pb.ModelStatisticsRequest(name="nope"), metadata=I, timeout=10)
     check(r.startswith("NOT_FOUND"), "ModelStatistics of an unknown model: %s" % r)
+sys.exit(1 if bad else 0)
+EOF
+  [ $? = 0 ] || FAIL=1
+else
+  FAIL=1
+fi
+# Server reflection (grpc.reflection.v1 and v1alpha, stubs from the reflection protocol's own
+# definition written here): list every service, resolve every method's message types, build
+# the messages from the reflected descriptors alone and call ServerLive and ModelMetadata with
+# them, as grpcurl does without .proto files.
+mkdir -p "$WORK/refl/proto" "$WORK/rgen"
+for pkg in v1 v1alpha; do
+  cat >"$WORK/refl/proto/refl_$pkg.proto" <<EOF
+syntax = "proto3";
+package grpc.reflection.$pkg;
+service ServerReflection {
+  rpc ServerReflectionInfo(stream ServerReflectionRequest) returns (stream ServerReflectionResponse);
+}
+message ServerReflectionRequest {
+  string host = 1;
+  oneof message_request { string file_by_filename = 3; string file_containing_symbol = 4;
+    ExtensionRequest file_containing_extension = 5; string all_extension_numbers_of_type = 6;
+    string list_services = 7; }
+}
+message ExtensionRequest { string containing_type = 1; int32 extension_number = 2; }
+message ServerReflectionResponse {
+  string valid_host = 1;
+  ServerReflectionRequest original_request = 2;
+  oneof message_response { FileDescriptorResponse file_descriptor_response = 4;
+    ExtensionNumberResponse all_extension_numbers_response = 5;
+    ListServiceResponse list_services_response = 6; ErrorResponse error_response = 7; }
+}
+message FileDescriptorResponse { repeated bytes file_descriptor_proto = 1; }
+message ExtensionNumberResponse { string base_type_name = 1; repeated int32 extension_number = 2; }
+message ListServiceResponse { repeated ServiceResponse service = 1; }
+message ServiceResponse { string name = 1; }
+message ErrorResponse { int32 error_code = 1; string error_message = 2; }
+EOF
+done
+if grpc_stubs "$WORK/refl" "$WORK/rgen" refl_v1.proto refl_v1alpha.proto; then
+  PYTHONPATH=$WORK/rgen $PY - "127.0.0.1:$NPORT" "$INFER_TOKEN" <<'EOF'
+import sys, grpc
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+import refl_v1_pb2 as v1, refl_v1_pb2_grpc as v1g, refl_v1alpha_pb2 as va, refl_v1alpha_pb2_grpc as vag
+target, token = sys.argv[1:3]
+bad = 0
+def check(cond, what):
+    global bad
+    print(("ok: " if cond else "FAIL: ") + what)
+    bad += not cond
+with grpc.insecure_channel(target) as ch:
+    for pb, stubcls, tag in ((v1, v1g.ServerReflectionStub, "v1"),
+                             (va, vag.ServerReflectionStub, "v1alpha")):
+        stub = stubcls(ch)
+        reqs = [pb.ServerReflectionRequest(list_services="")]
+        answers = list(stub.ServerReflectionInfo(iter(reqs), timeout=10))
+        services = sorted(s.name for s in answers[0].list_services_response.service)
+        check({"inference.GRPCInferenceService", "tpud.TpudService", "grpc.health.v1.Health",
+               "grpc.reflection.v1.ServerReflection",
+               "grpc.reflection.v1alpha.ServerReflection"} <= set(services),
+              "%s list_services: %s" % (tag, services))
+        # One stream, a request per service, answered in order (a bidirectional stream).
+        answers = list(stub.ServerReflectionInfo(
+            iter([pb.ServerReflectionRequest(file_containing_symbol=s) for s in services] +
+                 [pb.ServerReflectionRequest(file_containing_symbol="inference.NoSuchMessage"),
+                  pb.ServerReflectionRequest(file_by_filename="grpc_service.proto")]),
+            timeout=10))
+        check(len(answers) == len(services) + 2, "%s: %d answers on one stream for %d requests"
+              % (tag, len(answers), len(services) + 2))
+        pool = descriptor_pool.DescriptorPool()
+        files = {}
+        for a in answers[:len(services)]:
+            for raw in a.file_descriptor_response.file_descriptor_proto:
+                fdp = descriptor_pb2.FileDescriptorProto.FromString(raw)
+                if fdp.name not in files:
+                    files[fdp.name] = fdp
+                    pool.Add(fdp)
+        unresolved = []
+        nmethods = 0
+        for svc in services:
+            sd = pool.FindServiceByName(svc)
+            for m in sd.methods:
+                nmethods += 1
+                for t in (m.input_type, m.output_type):
+                    if t.full_name not in [x.full_name for x in t.file.message_types_by_name.values()] \
+                            and not pool.FindMessageTypeByName(t.full_name):
+                        unresolved.append(t.full_name)
+        check(not unresolved and nmethods >= 19,
+              "%s: %d methods of %d services, every input and output type resolved from %s"
+              % (tag, nmethods, len(services), sorted(files)))
+        e = answers[len(services)].error_response
+        check(e.error_code == 5 and "inference.NoSuchMessage" in e.error_message,
+              "%s: unknown symbol -> error_response %d %s" % (tag, e.error_code, e.error_message))
+        check(len(answers[-1].file_descriptor_response.file_descriptor_proto) == 1,
+              "%s: file_by_filename grpc_service.proto" % tag)
+    # Messages built from the reflected descriptors alone, sent with a generic stub.
+    def cls(name):
+        d = pool.FindMessageTypeByName(name)
+        return message_factory.GetMessageClass(d) if hasattr(message_factory, "GetMessageClass") \
+            else message_factory.MessageFactory(pool).GetPrototype(d)
+    Req, Resp = cls("inference.ServerLiveRequest"), cls("inference.ServerLiveResponse")
+    live = ch.unary_unary("/inference.GRPCInferenceService/ServerLive",
+                          request_serializer=Req.SerializeToString,
+                          response_deserializer=Resp.FromString)(Req(), timeout=10,
+                          metadata=[("authorization", "Bearer " + token)])
+    MReq, MResp = cls("inference.ModelMetadataRequest"), cls("inference.ModelMetadataResponse")
+    md = ch.unary_unary("/inference.GRPCInferenceService/ModelMetadata",
+                        request_serializer=MReq.SerializeToString,
+                        response_deserializer=MResp.FromString)(MReq(name="digits"), timeout=10,
+                        metadata=[("authorization", "Bearer " + token)])
+    check(live.live and md.inputs[0].name == "x",
+          "ServerLive and ModelMetadata called with messages from reflection alone: live %s, "
+          "digits input %s" % (live.live, md.inputs[0].name))
 sys.exit(1 if bad else 0)
 EOF
   [ $? = 0 ] || FAIL=1
