@@ -10,7 +10,8 @@
  *    same string). Then the formatted outputs are parsed again as request inputs: the raw bytes
  *    must come back identical.
  *  - 2 modulo 4: the rest is a body in Triton's binary tensor form (binary_mode says how).
- *  - Odd: the rest is a serialized ModelInferResponse (what the engine side hands the HTTP
+ *  - 3 modulo 4: the rest is a KServe V1 predict body (v1_mode says how).
+ *  - 1 modulo 4: the rest is a serialized ModelInferResponse (what the engine side hands the HTTP
  *    endpoint), formatted; on success the text is checked against the bytes as above. Random
  *    raw bytes make every float bit pattern reach the shortest-float printer.
  * NaN and infinities, which JSON cannot express, must make formatting fail (raw data, typed
@@ -357,6 +358,57 @@ static void binary_mode(const uint8_t *data, size_t size) {
   inference__model_infer_request__free_unpacked(q, NULL);
 }
 
+/*
+ * KServe V1 bodies (byte 0 = 3) against a fixed two-input model, x FP32 [-1, 3] and c INT64
+ * [-1], or (byte 1 odd) x alone: whatever parses has every input at its row shape times the
+ * same rows, and formats back, rows and columns, as JSON.
+ */
+static void v1_mode(const uint8_t *data, size_t size) {
+  if (size < 1) return;
+  static const int64_t d3[] = {3};
+  tpu_oip_v1_input_t in[] = {{"x", "FP32", 1, d3}, {"c", "INT64", 0, d3}};
+  size_t nin = (data[0] & 1) ? 1 : 2;
+  tpu_oip_json_limits_t lim = {.max_depth = 0, .max_bytes = 1 << 20};
+  Inference__ModelInferRequest *q = NULL;
+  int col = -1;
+  char err[256];
+  tpu_oip_json_status_t st = tpu_oip_json_v1_predict_parse(
+      (const char *)data + 1, size - 1, "m", NULL, in, nin, 1, &lim, &q, &col, err, sizeof err);
+  if (st != TPU_OIP_JSON_OK) {
+    if (q || !err[0]) abort();
+    return;
+  }
+  if (q->n_inputs != nin || q->n_raw_input_contents != nin || (col != 0 && col != 1)) abort();
+  int64_t rows = q->inputs[0]->shape[0];
+  if (q->raw_input_contents[0].len != (size_t)rows * 12) abort();
+  if (nin == 2 && (q->inputs[1]->shape[0] != rows || q->raw_input_contents[1].len != (size_t)rows * 8))
+    abort();
+  Inference__ModelInferResponse resp = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+  Inference__ModelInferResponse__InferOutputTensor outs[2], *outp[2];
+  for (size_t i = 0; i < nin; i++) {
+    inference__model_infer_response__infer_output_tensor__init(&outs[i]);
+    outs[i].name = q->inputs[i]->name;
+    outs[i].datatype = q->inputs[i]->datatype;
+    outs[i].n_shape = q->inputs[i]->n_shape;
+    outs[i].shape = q->inputs[i]->shape;
+    outp[i] = &outs[i];
+  }
+  resp.n_outputs = resp.n_raw_output_contents = nin;
+  resp.outputs = outp;
+  resp.raw_output_contents = q->raw_input_contents;
+  for (int form = 0; form < 2; form++) {
+    char *text = NULL;
+    if (tpu_oip_json_v1_predict_format(&resp, form, 1, &text, err, sizeof err) != TPU_OIP_JSON_OK)
+      abort(); /* finite values from JSON always format */
+    json_error_t jerr;
+    json_t *j = json_loads(text, 0, &jerr);
+    if (!j) abort();
+    json_decref(j);
+    free(text);
+  }
+  inference__model_infer_request__free_unpacked(q, NULL);
+}
+
 static void response_mode(const uint8_t *data, size_t size) {
   Inference__ModelInferResponse *r = inference__model_infer_response__unpack(NULL, size, data);
   if (!r) return;
@@ -368,7 +420,8 @@ static void response_mode(const uint8_t *data, size_t size) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
-  if (data[0] & 1) response_mode(data + 1, size - 1);
+  if ((data[0] & 3) == 3) v1_mode(data + 1, size - 1);
+  else if (data[0] & 1) response_mode(data + 1, size - 1);
   else if (data[0] & 2) binary_mode(data + 1, size - 1);
   else request_mode(data + 1, size - 1);
   return 0;

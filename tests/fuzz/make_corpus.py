@@ -172,6 +172,9 @@ def binary_body(inputs):
 write("fuzz_oip_json", "bin_fp32_nan", binary_body([("x", "FP32", [1, 3], f32s([float("nan"), float("inf"), 0.5]))]))
 write("fuzz_oip_json", "bin_mixed", binary_body([("a", "INT64", [2], struct.pack("<2q", -1, 7)), ("b", "INT8", [2], None),
                                                  ("s", "BYTES", [2], struct.pack("<I", 2) + b"ok" + struct.pack("<I", 0))]))
+# byte 0 = 3: KServe V1 bodies (the next byte odd: the one-input model).
+write("fuzz_oip_json", "v1_rows", b"\x03\x00" + json.dumps({"instances": [{"x": [1, 2, 3], "c": 4}, {"x": [0.5, -1, 2e-3], "c": -7}]}).encode())
+write("fuzz_oip_json", "v1_cols", b"\x03\x01" + json.dumps({"inputs": [[1, 2, 3]], "signature_name": "serving_default"}).encode())
 write("fuzz_oip_json", "resp_raw", b"\x01" + f_str(1, "digits") + f_str(2, "1") + f_str(3, "r1") +
       f_bytes(5, f_str(1, "probs") + f_str(2, "FP32") + f_packed(3, [1, 4])) + f_bytes(6, f32s([0.1, 1e-45, 3.4028235e38, -0.0])))
 write("fuzz_oip_json", "resp_typed", b"\x01" + f_str(1, "m") +
