@@ -186,6 +186,13 @@ void tpu__dispatch_refuse(tpu__origin_t *o, const tpu__request_t *r, int code, c
 int tpu__dispatch_authorize(tpu__origin_t *o, const tpu__request_t *r, tpu_need_t need,
                             char *msg, size_t msglen);
 
+/* The health checking protocol's statuses (grpc.health.v1, health.proto), and the status of a
+ * service name (methods.c): "" or a tpud service is the server's readiness, a model name the
+ * model's; TPU__HEALTH_UNKNOWN for any other name. why (whylen bytes) says why when not serving.
+ * I/O thread or any thread. */
+enum { TPU__HEALTH_SERVING = 1, TPU__HEALTH_NOT_SERVING = 2, TPU__HEALTH_UNKNOWN = 3 };
+int tpu__health_status(struct tpu_server *srv, const char *service, char *why, size_t whylen);
+
 /* ---- call.c: a call's life ---- */
 
 /* Sends a call's answer through its origin and counts it (methods, I/O thread). */

@@ -47,39 +47,46 @@ static void serve_server_ready(tpu__call_t *call) {
   tpu__reply(call, TPU_CODE_OK, r.ready ? NULL : why, &r.base);
 }
 
-/* grpc.health.v1.Health/Check (health.proto): service "" or one tpud serves is the server's
- * readiness (as ServerReady); a model's name, that model's (some version ready); any other
- * name NOT_FOUND, as the health checking protocol says. */
-static void serve_health_check(tpu__call_t *call) {
-  Grpc__Health__V1__HealthCheckRequest *q = (Grpc__Health__V1__HealthCheckRequest *)call->request;
-  tpu_server_t *srv = call->srv;
+/* The health checking protocol's status of `service` (health.proto): "" or one of tpud's
+ * services is the server's readiness (ServerReady's, strict readiness included); a model's name,
+ * whether one of its versions is ready; not draining in both cases. Any other name:
+ * TPU__HEALTH_UNKNOWN. */
+int tpu__health_status(tpu_server_t *srv, const char *service, char *why, size_t whylen) {
   static const char *const services[] = {"inference.GRPCInferenceService", "tpud.TpudService",
                                          "grpc.health.v1.Health"};
-  const char *name = q->service ? q->service : "";
+  const char *name = service ? service : "";
   int server = !*name;
   for (size_t i = 0; i < sizeof services / sizeof *services; i++)
     if (!strcmp(name, services[i])) server = 1;
-  Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
   int draining = atomic_load(&srv->draining);
-  char why[512] = "server is shutting down";
-  int ok;
-  if (server) {
-    ok = !draining && tpu__models_server_ready(srv, srv->cfg.strict_readiness, why, sizeof why);
-  } else {
-    call->model = tpu__server_find_model(srv, name, "", why, sizeof why);
-    if (!call->model && tpu__model_absent(srv, name, "")) {
-      char msg[300];
-      snprintf(msg, sizeof msg, "unknown service '%.200s': tpud answers \"\" (the server), the "
-               "names of its gRPC services, and model names", name);
-      tpu__reply(call, TPU_CODE_NOT_FOUND, msg, NULL);
-      return;
-    }
-    ok = call->model && !draining;
-    if (call->model && draining) snprintf(why, sizeof why, "server is shutting down");
+  snprintf(why, whylen, "server is shutting down");
+  if (server)
+    return !draining && tpu__models_server_ready(srv, srv->cfg.strict_readiness, why, whylen)
+               ? TPU__HEALTH_SERVING
+               : TPU__HEALTH_NOT_SERVING;
+  tpu__model_t *m = tpu__server_find_model(srv, name, "", why, whylen);
+  if (!m) return tpu__model_absent(srv, name, "") ? TPU__HEALTH_UNKNOWN : TPU__HEALTH_NOT_SERVING;
+  tpu__model_release(m);
+  if (draining) snprintf(why, whylen, "server is shutting down");
+  return draining ? TPU__HEALTH_NOT_SERVING : TPU__HEALTH_SERVING;
+}
+
+/* grpc.health.v1.Health/Check: tpu__health_status; an unknown name is NOT_FOUND, as the health
+ * checking protocol says. (Watch is a stream: server/front/grpc.c.) */
+static void serve_health_check(tpu__call_t *call) {
+  Grpc__Health__V1__HealthCheckRequest *q = (Grpc__Health__V1__HealthCheckRequest *)call->request;
+  char why[512];
+  int st = tpu__health_status(call->srv, q->service, why, sizeof why);
+  if (st == TPU__HEALTH_UNKNOWN) {
+    char msg[300];
+    snprintf(msg, sizeof msg, "unknown service '%.200s': tpud answers \"\" (the server), the "
+             "names of its gRPC services, and model names", q->service ? q->service : "");
+    tpu__reply(call, TPU_CODE_NOT_FOUND, msg, NULL);
+    return;
   }
-  r.status = ok ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-                : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
-  tpu__reply(call, TPU_CODE_OK, ok ? NULL : why, &r.base);
+  Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+  r.status = (Grpc__Health__V1__HealthCheckResponse__ServingStatus)st;
+  tpu__reply(call, TPU_CODE_OK, st == TPU__HEALTH_SERVING ? NULL : why, &r.base);
 }
 
 /* A request that names no model is malformed (INVALID_ARGUMENT), as for ModelLoad. */

@@ -44,6 +44,7 @@
  */
 #include <ctype.h>
 #include <event2/buffer.h>
+#include <event2/event.h>
 #include <inttypes.h>
 #include <nghttp2/nghttp2.h>
 #include <stdio.h>
@@ -87,6 +88,11 @@ typedef struct h2_stream {
   int reflect;           /* server reflection: a stream of requests, each answered at once */
   int reflect_started;   /* its response headers are out; DATA follows as answers come */
   int client_done;       /* the client ended its side (END_STREAM) */
+  int watch;             /* grpc.health.v1.Health/Watch: a status now, then on every change */
+  int watch_status;      /* the last status sent */
+  char watch_service[TPU_MODEL_MAX_NAME + 1];
+  struct event *watch_ev; /* re-checks the status every second */
+  struct tpu__h2 *h2;     /* its session, for the timer */
   char *authz[2];        /* the first two "authorization" values (malloc'd), NULL when absent */
   size_t n_authz;        /* "authorization" headers the request carried */
   size_t header_bytes;
@@ -133,6 +139,7 @@ static void stream_free(tpu__h2_t *h, h2_stream_t *s) {
   h->body_bytes -= s->cap;
   h->pending_out -= s->out_len - s->out_off;
   tpu_stats_sub(&tpu_stats.buffered_bytes, s->out_len - s->out_off); /* max-buffered-bytes */
+  if (s->watch_ev) event_free(s->watch_ev);
   free(s->body);
   free(s->out);
   free(s->authz[0]);
@@ -192,19 +199,76 @@ static ssize_t read_stream(nghttp2_session *session, int32_t stream_id, uint8_t 
   tpu__h2_t *h = ud;
   h2_stream_t *s = source->ptr;
   size_t n = s->out_len - s->out_off;
-  if (n == 0 && !s->client_done) return NGHTTP2_ERR_DEFERRED;
+  if (n == 0 && (!s->client_done || s->watch)) return NGHTTP2_ERR_DEFERRED;
   if (n > length) n = length;
   memcpy(buf, s->out + s->out_off, n);
   s->out_off += n;
   h->pending_out -= n;
   tpu_stats_sub(&tpu_stats.buffered_bytes, n);
-  if (s->out_off == s->out_len && s->client_done) {
+  if (s->out_off == s->out_len && s->client_done && !s->watch) {
     *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
     nghttp2_nv trailers[] = {NV("grpc-status", "0")};
     if (nghttp2_submit_trailer(session, stream_id, trailers, 1) != 0)
       return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   }
   return (ssize_t)n;
+}
+
+/* Appends one answer message (its 5-byte prefix added) to a streaming response, starting the
+ * response at the first one and waking nghttp2 at the next ones. 0, or -1 (the stream was
+ * reset or answered with an error). */
+static int stream_append(tpu__h2_t *h, h2_stream_t *s, const uint8_t *msg, size_t mlen) {
+  size_t keep = s->out_len - s->out_off, need = keep + TPU_FRAME_HEADER_SIZE + mlen;
+  uint8_t *o = malloc(need);
+  if (!o) {
+    nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+    s->state = S_ANSWERED;
+    return -1;
+  }
+  if (keep) memcpy(o, s->out + s->out_off, keep);
+  tpu_frame_write_header(o + keep, mlen, NULL);
+  if (mlen) memcpy(o + keep + TPU_FRAME_HEADER_SIZE, msg, mlen);
+  free(s->out);
+  s->out = o;
+  s->out_len = need;
+  s->out_off = 0;
+  h->pending_out += TPU_FRAME_HEADER_SIZE + mlen;
+  tpu_stats_inc(&tpu_stats.buffered_bytes, TPU_FRAME_HEADER_SIZE + mlen);
+  if (!s->reflect_started) {
+    nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
+                        NV("grpc-accept-encoding", "identity")};
+    nghttp2_data_provider prd = {.source.ptr = s, .read_callback = read_stream};
+    if (nghttp2_submit_response(h->session, s->id, nva, 3, &prd) != 0) {
+      s->state = S_ANSWERED;
+      return -1;
+    }
+    s->reflect_started = 1;
+  } else {
+    nghttp2_session_resume_data(h->session, s->id);
+  }
+  return 0;
+}
+
+/* Sends a Watch stream its service's status when it differs from the last one sent. */
+static void watch_push(tpu__h2_t *h, h2_stream_t *s) {
+  char why[512];
+  int st = tpu__health_status(srv_of(h), s->watch_service, why, sizeof why);
+  if (st == s->watch_status) return;
+  s->watch_status = st;
+  Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+  r.status = (Grpc__Health__V1__HealthCheckResponse__ServingStatus)st;
+  uint8_t buf[16];
+  size_t n = grpc__health__v1__health_check_response__pack(&r, buf);
+  stream_append(h, s, buf, n);
+}
+
+static void watch_tick(evutil_socket_t fd, short what, void *arg) {
+  (void)fd;
+  (void)what;
+  h2_stream_t *s = arg;
+  tpu__h2_t *h = s->h2;
+  watch_push(h, s);
+  h->host->flush(h->conn);
 }
 
 /* Answers every complete request message in s->body (tpu_reflection_answer, protocol code:
@@ -235,37 +299,9 @@ static void reflect_messages(tpu__h2_t *h, h2_stream_t *s) {
       break;
     }
     at += TPU_FRAME_HEADER_SIZE + mlen;
-    /* Append the answer: keep what nghttp2 has not taken, drop what it has. */
-    size_t keep = s->out_len - s->out_off, need = keep + TPU_FRAME_HEADER_SIZE + alen;
-    uint8_t *o = malloc(need);
-    if (!o) {
-      free(ans);
-      nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
-      s->state = S_ANSWERED;
-      break;
-    }
-    if (keep) memcpy(o, s->out + s->out_off, keep);
-    tpu_frame_write_header(o + keep, alen, NULL);
-    memcpy(o + keep + TPU_FRAME_HEADER_SIZE, ans, alen);
+    int rc = stream_append(h, s, ans, alen);
     free(ans);
-    free(s->out);
-    s->out = o;
-    s->out_len = need;
-    s->out_off = 0;
-    h->pending_out += TPU_FRAME_HEADER_SIZE + alen;
-    tpu_stats_inc(&tpu_stats.buffered_bytes, TPU_FRAME_HEADER_SIZE + alen);
-    if (!s->reflect_started) {
-      nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
-                          NV("grpc-accept-encoding", "identity")};
-      nghttp2_data_provider prd = {.source.ptr = s, .read_callback = read_stream};
-      if (nghttp2_submit_response(h->session, s->id, nva, 3, &prd) != 0) {
-        s->state = S_ANSWERED;
-        break;
-      }
-      s->reflect_started = 1;
-    } else {
-      nghttp2_session_resume_data(h->session, s->id);
-    }
+    if (rc != 0) break;
   }
   if (at && s->state == S_READING) {
     memmove(s->body, s->body + at, s->len - at);
@@ -296,6 +332,46 @@ static void dispatch(tpu__h2_t *h, h2_stream_t *s) {
                          "messages); the request has none");
     return;
   }
+  if (s->watch) { /* one HealthCheckRequest, then the status now and at every change */
+    uint32_t wl = 0;
+    tpu_proto_error_t werr;
+    Grpc__Health__V1__HealthCheckRequest *q = NULL;
+    if (s->len < TPU_FRAME_HEADER_SIZE ||
+        tpu_frame_parse_header(s->body, srv->cfg.max_message_bytes, &wl, &werr) != TPU_PROTO_OK ||
+        (size_t)wl != s->len - TPU_FRAME_HEADER_SIZE ||
+        !(q = grpc__health__v1__health_check_request__unpack(NULL, wl,
+                                                             s->body + TPU_FRAME_HEADER_SIZE))) {
+      respond_error(h, s, TPU_CODE_INVALID_ARGUMENT,
+                    "expected one grpc.health.v1.HealthCheckRequest (a 5-byte prefix and the "
+                    "message)");
+      return;
+    }
+    snprintf(s->watch_service, sizeof s->watch_service, "%s", q->service ? q->service : "");
+    grpc__health__v1__health_check_request__free_unpacked(q, NULL);
+    drop_body(h, s);
+    /* Who may watch: as for Check (a health method). */
+    char amsg[300];
+    tpu__request_t ar = {.method = TPUD__METHOD__HEALTH_CHECK, .id = (uint64_t)s->id,
+                         .received_us = tpu_now_us(), .peer = tpu__conn_peer(conn),
+                         .authz = s->authz[0], .authz_len = s->authz[0] ? strlen(s->authz[0]) : 0,
+                         .n_authz = s->n_authz};
+    int code = tpu__dispatch_authorize(&conn->origin, &ar,
+                                       srv->cfg.auth_open_health ? TPU_NEED_OPEN : TPU_NEED_INFER,
+                                       amsg, sizeof amsg);
+    if (code != TPU_CODE_OK) {
+      respond_error(h, s, code, amsg);
+      return;
+    }
+    s->client_done = 1;
+    s->state = S_ANSWERED; /* nothing more from the client; answers keep coming */
+    s->watch_status = -1;
+    watch_push(h, s);
+    struct timeval every = {1, 0};
+    s->watch_ev = event_new(conn->sock.set->base, -1, EV_PERSIST, watch_tick, s);
+    if (!s->watch_ev || event_add(s->watch_ev, &every) != 0)
+      nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+    return;
+  }
   if (s->reflect) { /* the client ended its side: what is left answered, then the trailers */
     s->state = S_READING; /* still taking its messages */
     reflect_messages(h, s);
@@ -318,7 +394,7 @@ static void dispatch(tpu__h2_t *h, h2_stream_t *s) {
              "RepositoryIndex,RepositoryModelLoad,RepositoryModelUnload,ModelConfig,"
              "ModelStatistics}, "
              "/tpud.TpudService/{ModelLoad,ModelUnload,MatMul,RepositoryIndex} and "
-             "/grpc.health.v1.Health/Check (not Watch), and server reflection "
+             "/grpc.health.v1.Health/{Check,Watch}, and server reflection "
              "(grpc.reflection.v1 and v1alpha)", s->path);
     refuse(h, s, TPU_CODE_UNIMPLEMENTED, msg);
     return;
@@ -429,6 +505,7 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
   h2_stream_t *s = calloc(1, sizeof *s);
   if (!s) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets the stream */
+  s->h2 = h;
   s->id = frame->hd.stream_id;
   snprintf(s->path, sizeof s->path, "(none)");
   nghttp2_session_set_stream_user_data(session, s->id, s);
@@ -457,6 +534,8 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
   if (IS(":path")) {
     s->method = tpu_grpc_method_of_path(value, valuelen);
     s->reflect = tpu_reflection_path(value, valuelen);
+    s->watch = valuelen == sizeof "/grpc.health.v1.Health/Watch" - 1 &&
+               !memcmp(value, "/grpc.health.v1.Health/Watch", valuelen);
     size_t n = valuelen < sizeof s->path - 1 ? valuelen : sizeof s->path - 1;
     memcpy(s->path, value, n);
     s->path[n] = '\0';
@@ -563,7 +642,8 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {
       dispatch(h, s);
     } else if (frame->hd.type == NGHTTP2_HEADERS && s->state == S_READING &&
-               (s->code != TPU_CODE_OK || (s->method == 0 && !s->reflect) || s->bad_method ||
+               (s->code != TPU_CODE_OK || (s->method == 0 && !s->reflect && !s->watch) ||
+                s->bad_method ||
                 s->bad_type)) {
       dispatch(h, s); /* refused from the headers alone: answer without waiting for the body */
     }

@@ -598,8 +598,11 @@ case("grpc-unknown-method", "methods", "grpc", ("/inference.GRPCInferenceService
      "UNIMPLEMENTED", ("unknown method /inference.GRPCInferenceService/ModelInferX",
                        "tpud serves /inference.GRPCInferenceService/"))
 case("grpc-health-check", "methods", "grpc", ("/grpc.health.v1.Health/Check", b""), "OK", "")
-case("grpc-health-watch", "methods", "grpc", ("/grpc.health.v1.Health/Watch", b""),
-     "UNIMPLEMENTED", ("unknown method /grpc.health.v1.Health/Watch", "not Watch"))
+case("grpc-health-watch-garbage", "methods", "grpc", ("/grpc.health.v1.Health/Watch", b"\xff" * 4),
+     "INVALID_ARGUMENT", "expected one grpc.health.v1.HealthCheckRequest")
+case("grpc-reflection-garbage", "methods", "grpc",
+     ("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", b"\xff" * 4),
+     "INVALID_ARGUMENT", "not a grpc.reflection ServerReflectionRequest")
 case("grpc-health-check-garbage", "methods", "grpc", ("/grpc.health.v1.Health/Check", b"\xff" * 4),
      "INVALID_ARGUMENT", "")
 case("grpc-unknown-tpud-method", "methods", "grpc", ("/tpud.TpudService/Shutdown", b""),

@@ -140,9 +140,33 @@ $PY -c "import json; assert json.load(open('$WORK/body'))['strict-readiness'] is
   ok "strict: /v2/debug/config says strict-readiness true" || fail "debug/config: $(cat "$WORK/body")"
 others_answer strict
 
+# Watch (a server stream): the server's status now, then again when it changes; an unknown
+# name is SERVICE_UNKNOWN on the stream (not an error, as the protocol says).
+PYTHONPATH=$GEN $PY - "127.0.0.1:$NPORT" "$WORK/watch.out" <<'EOF' &
+import sys, grpc, hc_pb2 as pb, hc_pb2_grpc as pbg
+out = open(sys.argv[2], "w", buffering=1)
+with grpc.insecure_channel(sys.argv[1]) as ch:
+    stub = pbg.HealthStub(ch)
+    try:
+        for r in stub.Watch(pb.HealthCheckRequest(service=""), timeout=20):
+            out.write(pb.HealthCheckResponse.ServingStatus.Name(r.status) + "\n")
+            if r.status == pb.HealthCheckResponse.SERVING:
+                break
+    except grpc.RpcError as e:
+        out.write("error " + e.code().name + "\n")
+    r = next(iter(stub.Watch(pb.HealthCheckRequest(service="nosuch"), timeout=10)))
+    out.write("nosuch " + pb.HealthCheckResponse.ServingStatus.Name(r.status) + "\n")
+EOF
+WPID=$!
+for _ in $(seq 1 50); do [ -s "$WORK/watch.out" ] && break; sleep 0.1; done
+sleep 0.5
 # Unloading the broken model by request: it is no longer configured to serve (it still shows
 # FAILED, with its reason).
 out=$("$TPUCTL" --addr 127.0.0.1:$NPORT unload broken 2>&1) || fail "tpuctl unload broken: $out"
+wait $WPID
+[ "$(tr '\n' ' ' <"$WORK/watch.out")" = "NOT_SERVING SERVING nosuch SERVICE_UNKNOWN " ] &&
+  ok "strict: health Watch streams NOT_SERVING, then SERVING once broken is unloaded; an unknown name SERVICE_UNKNOWN" ||
+  fail "strict: health Watch: $(tr '\n' ' ' <"$WORK/watch.out")"
 for _ in $(seq 1 50); do [ "$(code /v2/health/ready)" = 200 ] && break; sleep 0.1; done
 [ "$(code /v2/health/ready)" = 200 ] && ok "strict: ready (200) once broken is unloaded by request" ||
   fail "strict: after unloading broken: ready $(cat "$WORK/body")"
