@@ -86,7 +86,7 @@ typedef struct h2_stream {
   int has_timeout;
   uint64_t timeout_us;
   int reflect;           /* server reflection: a stream of requests, each answered at once */
-  int reflect_started;   /* its response headers are out; DATA follows as answers come */
+  int stream_started;    /* a streaming answer (reflection, Watch) has its headers out */
   int client_done;       /* the client ended its side (END_STREAM) */
   int watch;             /* grpc.health.v1.Health/Watch: a status now, then on every change */
   int watch_status;      /* the last status sent */
@@ -234,7 +234,7 @@ static int stream_append(tpu__h2_t *h, h2_stream_t *s, const uint8_t *msg, size_
   s->out_off = 0;
   h->pending_out += TPU_FRAME_HEADER_SIZE + mlen;
   tpu_stats_inc(&tpu_stats.buffered_bytes, TPU_FRAME_HEADER_SIZE + mlen);
-  if (!s->reflect_started) {
+  if (!s->stream_started) {
     nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
                         NV("grpc-accept-encoding", "identity")};
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = read_stream};
@@ -242,7 +242,7 @@ static int stream_append(tpu__h2_t *h, h2_stream_t *s, const uint8_t *msg, size_
       s->state = S_ANSWERED;
       return -1;
     }
-    s->reflect_started = 1;
+    s->stream_started = 1;
   } else {
     nghttp2_session_resume_data(h->session, s->id);
   }
@@ -289,7 +289,7 @@ static void reflect_messages(tpu__h2_t *h, h2_stream_t *s) {
     }
     if (s->len - at - TPU_FRAME_HEADER_SIZE < mlen) break; /* the rest is still coming */
     if (tpu_reflection_answer(s->body + at + TPU_FRAME_HEADER_SIZE, mlen, &ans, &alen) != 0) {
-      if (s->reflect_started) { /* its headers are out: end it with an error code */
+      if (s->stream_started) { /* its headers are out: end it with an error code */
         nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_PROTOCOL_ERROR);
         s->state = S_ANSWERED;
       } else {
@@ -383,7 +383,7 @@ static void dispatch(tpu__h2_t *h, h2_stream_t *s) {
     }
     s->client_done = 1;
     s->state = S_ANSWERED;
-    if (s->reflect_started) nghttp2_session_resume_data(h->session, s->id);
+    if (s->stream_started) nghttp2_session_resume_data(h->session, s->id);
     else respond_error(h, s, TPU_CODE_OK, ""); /* no request: trailers only, OK */
     return;
   }
