@@ -1996,6 +1996,33 @@ static tpu_oip_json_status_t v1_nested(ectx_t *e, tpu_buf_t *b, const dtype_t *d
   return TPU_OIP_JSON_OK;
 }
 
+/* The outputs' next values: the one output's, or an object of every output's by name. skip:
+ * the leading dimensions left out (1: one row of each; 0: the whole tensors). off/idx: where
+ * each output's data is. */
+static tpu_oip_json_status_t v1_outputs(ectx_t *e, tpu_buf_t *b,
+                                        const Inference__ModelInferResponse *resp,
+                                        const dtype_t *const *dts, size_t *off, size_t *idx,
+                                        size_t skip) {
+  size_t n = resp->n_outputs;
+  tpu_oip_json_status_t st = TPU_OIP_JSON_OK;
+  if (n > 1) tpu_buf_add(b, "{", 1);
+  for (size_t i = 0; i < n && st == TPU_OIP_JSON_OK; i++) {
+    const Inference__ModelInferResponse__InferOutputTensor *o = resp->outputs[i];
+    char what[128];
+    output_what(what, i, o->name ? o->name : "");
+    if (n > 1) {
+      if (i) tpu_buf_add(b, ",", 1);
+      if ((st = sb_field_string(e, b, o->name, what)) != TPU_OIP_JSON_OK) break;
+      tpu_buf_add(b, ":", 1);
+    }
+    const ProtobufCBinaryData *raw = &resp->raw_output_contents[i];
+    st = v1_nested(e, b, dts[i], raw->data, raw->len, &off[i], &idx[i], o->shape + skip,
+                   o->n_shape - skip, what);
+  }
+  if (n > 1) tpu_buf_add(b, "}", 1);
+  return st;
+}
+
 tpu_oip_json_status_t tpu_oip_json_v1_predict_format(const Inference__ModelInferResponse *resp,
                                                      int columnar, int batched, char **out,
                                                      char *err, size_t errlen) {
@@ -2031,40 +2058,14 @@ tpu_oip_json_status_t tpu_oip_json_v1_predict_format(const Inference__ModelInfer
   tpu_oip_json_status_t st = TPU_OIP_JSON_OK;
   size_t off[1024] = {0}, idx[1024] = {0};
   if (columnar) {
-    tpu_buf_adds(&b, n == 1 ? "{\"outputs\":" : "{\"outputs\":{");
-    for (size_t i = 0; i < n && st == TPU_OIP_JSON_OK; i++) {
-      const Inference__ModelInferResponse__InferOutputTensor *o = resp->outputs[i];
-      char what[128];
-      output_what(what, i, o->name ? o->name : "");
-      if (n > 1) {
-        if (i) tpu_buf_add(&b, ",", 1);
-        if ((st = sb_field_string(&e, &b, o->name, what)) != TPU_OIP_JSON_OK) break;
-        tpu_buf_add(&b, ":", 1);
-      }
-      const ProtobufCBinaryData *raw = &resp->raw_output_contents[i];
-      st = v1_nested(&e, &b, dts[i], raw->data, raw->len, &off[i], &idx[i], o->shape, o->n_shape,
-                     what);
-    }
-    tpu_buf_adds(&b, n == 1 ? "}" : "}}");
+    tpu_buf_adds(&b, "{\"outputs\":");
+    st = v1_outputs(&e, &b, resp, dts, off, idx, 0);
+    tpu_buf_adds(&b, "}");
   } else {
     tpu_buf_adds(&b, "{\"predictions\":[");
     for (size_t r = 0; r < rows && st == TPU_OIP_JSON_OK; r++) {
       if (r) tpu_buf_add(&b, ",", 1);
-      if (n > 1) tpu_buf_add(&b, "{", 1);
-      for (size_t i = 0; i < n && st == TPU_OIP_JSON_OK; i++) {
-        const Inference__ModelInferResponse__InferOutputTensor *o = resp->outputs[i];
-        char what[128];
-        output_what(what, i, o->name ? o->name : "");
-        if (n > 1) {
-          if (i) tpu_buf_add(&b, ",", 1);
-          if ((st = sb_field_string(&e, &b, o->name, what)) != TPU_OIP_JSON_OK) break;
-          tpu_buf_add(&b, ":", 1);
-        }
-        const ProtobufCBinaryData *raw = &resp->raw_output_contents[i];
-        st = v1_nested(&e, &b, dts[i], raw->data, raw->len, &off[i], &idx[i], o->shape + 1,
-                       o->n_shape - 1, what);
-      }
-      if (n > 1) tpu_buf_add(&b, "}", 1);
+      st = v1_outputs(&e, &b, resp, dts, off, idx, 1); /* the next row of each output */
     }
     tpu_buf_adds(&b, "]}");
   }

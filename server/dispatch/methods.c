@@ -366,6 +366,50 @@ static const char *state_text(int state) {
   }
 }
 
+/* The repository's listing as tpud's messages (every version, or the ready ones), for both
+ * RepositoryIndex methods; the strings point into `t`, held until the answer is sent. -1:
+ * out of memory (answered). */
+typedef struct {
+  tpu__models_t *t;
+  Tpud__RepositoryIndexResponse__ModelIndex *items, **ptrs;
+  size_t n;
+} index_t;
+
+static int index_collect(tpu__call_t *call, int ready_only, index_t *x) {
+  x->t = tpu__models_acquire(call->srv);
+  x->items = calloc(x->t->n + 1, sizeof *x->items);
+  x->ptrs = calloc(x->t->n + 1, sizeof *x->ptrs);
+  x->n = 0;
+  if (!x->items || !x->ptrs) {
+    free(x->items);
+    free(x->ptrs);
+    tpu__models_release(x->t);
+    tpu__reply(call, TPU_CODE_RESOURCE_EXHAUSTED, "out of memory", NULL);
+    return -1;
+  }
+  for (size_t i = 0; i < x->t->n; i++) {
+    tpu__model_t *m = x->t->models[i];
+    if (ready_only && m->state != TPUD__MODEL_STATE__MODEL_STATE_READY) continue;
+    Tpud__RepositoryIndexResponse__ModelIndex init =
+        TPUD__REPOSITORY_INDEX_RESPONSE__MODEL_INDEX__INIT;
+    x->items[x->n] = init;
+    x->items[x->n].name = m->name;
+    x->items[x->n].version = m->version_str;
+    x->items[x->n].state = (Tpud__ModelState)m->state;
+    x->items[x->n].reason = m->reason;
+    x->items[x->n].memory_bytes = m->memory_bytes;
+    x->ptrs[x->n] = &x->items[x->n];
+    x->n++;
+  }
+  return 0;
+}
+
+static void index_release(index_t *x) {
+  free(x->items);
+  free(x->ptrs);
+  tpu__models_release(x->t);
+}
+
 /* inference.GRPCInferenceService/RepositoryIndex: the same listing in Triton's messages. */
 static void serve_oip_repository_index(tpu__call_t *call) {
   Inference__RepositoryIndexRequest *q = (Inference__RepositoryIndexRequest *)call->request;
@@ -374,73 +418,45 @@ static void serve_oip_repository_index(tpu__call_t *call) {
                "send repository_name empty", NULL);
     return;
   }
-  tpu__models_t *t = tpu__models_acquire(call->srv);
-  Inference__RepositoryIndexResponse__ModelIndex *items = calloc(t->n + 1, sizeof *items);
-  Inference__RepositoryIndexResponse__ModelIndex **ptrs = calloc(t->n + 1, sizeof *ptrs);
+  index_t x;
+  if (index_collect(call, q->ready, &x) != 0) return;
+  Inference__RepositoryIndexResponse__ModelIndex *items = calloc(x.n + 1, sizeof *items);
+  Inference__RepositoryIndexResponse__ModelIndex **ptrs = calloc(x.n + 1, sizeof *ptrs);
   if (!items || !ptrs) {
     free(items);
     free(ptrs);
-    tpu__models_release(t);
+    index_release(&x);
     tpu__reply(call, TPU_CODE_RESOURCE_EXHAUSTED, "out of memory", NULL);
     return;
   }
-  size_t n = 0;
-  for (size_t i = 0; i < t->n; i++) {
-    tpu__model_t *m = t->models[i];
-    if (q->ready && m->state != TPUD__MODEL_STATE__MODEL_STATE_READY) continue;
+  for (size_t i = 0; i < x.n; i++) {
     Inference__RepositoryIndexResponse__ModelIndex init =
         INFERENCE__REPOSITORY_INDEX_RESPONSE__MODEL_INDEX__INIT;
-    items[n] = init;
-    items[n].name = m->name;
-    items[n].version = m->version_str;
-    items[n].state = (char *)state_text(m->state);
-    items[n].reason = m->reason;
-    ptrs[n] = &items[n];
-    n++;
+    items[i] = init;
+    items[i].name = x.items[i].name;
+    items[i].version = x.items[i].version;
+    items[i].state = (char *)state_text(x.items[i].state);
+    items[i].reason = x.items[i].reason;
+    ptrs[i] = &items[i];
   }
   Inference__RepositoryIndexResponse r = INFERENCE__REPOSITORY_INDEX_RESPONSE__INIT;
-  r.n_models = n;
+  r.n_models = x.n;
   r.models = ptrs;
   tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
   free(items);
   free(ptrs);
-  tpu__models_release(t);
+  index_release(&x);
 }
 
 static void serve_repository_index(tpu__call_t *call) {
   Tpud__RepositoryIndexRequest *q = (Tpud__RepositoryIndexRequest *)call->request;
-  tpu__models_t *t = tpu__models_acquire(call->srv);
-  Tpud__RepositoryIndexResponse__ModelIndex *items = calloc(t->n + 1, sizeof *items);
-  Tpud__RepositoryIndexResponse__ModelIndex **ptrs = calloc(t->n + 1, sizeof *ptrs);
-  if (!items || !ptrs) {
-    free(items);
-    free(ptrs);
-    tpu__models_release(t);
-    tpu__reply(call, TPU_CODE_RESOURCE_EXHAUSTED, "out of memory", NULL);
-    return;
-  }
-  size_t n = 0;
-  for (size_t i = 0; i < t->n; i++) {
-    tpu__model_t *m = t->models[i];
-    if (q->ready_only && m->state != TPUD__MODEL_STATE__MODEL_STATE_READY) continue;
-    Tpud__RepositoryIndexResponse__ModelIndex init =
-        TPUD__REPOSITORY_INDEX_RESPONSE__MODEL_INDEX__INIT;
-    items[n] = init;
-    items[n].name = m->name;
-    items[n].version = m->version_str;
-    items[n].state = (Tpud__ModelState)m->state;
-    items[n].reason = m->reason;
-    items[n].memory_bytes = m->memory_bytes;
-    ptrs[n] = &items[n];
-    n++;
-  }
+  index_t x;
+  if (index_collect(call, q->ready_only, &x) != 0) return;
   Tpud__RepositoryIndexResponse r = TPUD__REPOSITORY_INDEX_RESPONSE__INIT;
-  r.n_models = n;
-  r.models = ptrs;
+  r.n_models = x.n;
+  r.models = x.ptrs;
   tpu__reply(call, TPU_CODE_OK, NULL, &r.base);
-  free(items);
-  free(ptrs);
-  tpu__models_release(t);
+  index_release(&x);
 }
 
 /* ---- ModelInfer ---- */
