@@ -132,6 +132,8 @@ struct tpu__call {
       uint32_t cls_k[TPU_MODEL_MAX_IO]; /* output j: classes to return (classification), 0 */
       unsigned char *cls;       /* the classified outputs' BYTES, output after output */
       size_t cls_off[TPU_MODEL_MAX_IO], cls_len[TPU_MODEL_MAX_IO]; /* output j's in cls */
+      size_t cls_bound;         /* bytes cls may take, known before the batch (the batcher
+                                 * thread writes cls: the I/O thread reads only this) */
     } infer;
     tpu__mm_job_t mm;
     tpu__repo_op_t *op;

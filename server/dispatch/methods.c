@@ -813,6 +813,7 @@ static void serve_infer(tpu__call_t *call) {
   if ((code = check_classification(call, m, q, res.rows, &cls_bytes, msg, sizeof msg)) !=
       TPU_CODE_OK)
     goto refuse;
+  call->u.infer.cls_bound = cls_bytes;
   call->u.infer.want = 0;
   size_t out_elems = 0, out_req = 0; /* elements and bytes of the returned outputs, per row */
   for (size_t j = 0; j < m->nout; j++)
@@ -940,9 +941,8 @@ static void digest_infer(tpu__call_t *call, tpu_audit_record_t *rec, tpu__digest
 }
 
 static size_t answer_size_infer(const tpu__call_t *call) {
-  size_t cls = 0;
-  for (size_t j = 0; call->u.infer.cls && j < call->model->nout; j++) cls += call->u.infer.cls_len[j];
-  return call->u.infer.rows * call->model->out_row + cls + 256 + 64 * call->model->nout;
+  return call->u.infer.rows * call->model->out_row + call->u.infer.cls_bound + 256 +
+         64 * call->model->nout;
 }
 
 static void release_infer(tpu__call_t *call) {
