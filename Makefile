@@ -6,7 +6,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR     ?= $(if $(CI),ON,OFF)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test run bench bench-onnx check-vmath check-fpconv clean deploy-test fuzz test-asan test-tsan
+.PHONY: all deps configure build test run bench bench-onnx bench-peer check-vmath check-fpconv clean deploy-test fuzz test-asan test-tsan
 
 all: build
 
@@ -31,6 +31,15 @@ bench:
 	@cmake --build $(BUILD) -j $(JOBS)
 	@$(BUILD)/bench/engine_bench $(BENCH_ARGS)
 	@bench/onnx_vs_ort.sh $(BUILD) .
+	@env $(PEER_BENCH_ENV) bench/server_vs_peer.sh $(BUILD) .
+
+# Only tpud against ONNX Runtime behind Node's http (bench/peer) over the network, side by side:
+# bench/server_vs_peer.sh; PEER_BENCH_ENV passes its settings, e.g. "DUR=3 REPS=3 MODELS=big".
+bench-peer:
+	@deploy/deps.sh bench
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DTPUD_WERROR=$(WERROR) $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+	@env $(PEER_BENCH_ENV) bench/server_vs_peer.sh $(BUILD) .
 
 # The vector math's error over every binary32 input, against the bounds engine/kernels/vmath.h
 # documents (bench/vmath_check; about 10 minutes per kernel set on 2 vCPUs).

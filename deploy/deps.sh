@@ -21,8 +21,9 @@ build_pkgs=(
   # suite (tests/server/models/test_onnx.c) decodes every one, and fuzz_onnx seeds from them.
   libonnx-testdata
 )
-# bench/onnx_vs_ort.sh: python3-onnx writes its ONNX models, Node runs onnxruntime-node.
-bench_pkgs=(libdnnl-dev libopenblas-dev g++ nghttp2-client python3-onnx nodejs)
+# bench/onnx_vs_ort.sh, bench/server_vs_peer.sh: python3-onnx writes their ONNX models, Node runs
+# onnxruntime-node (and the peer server, bench/peer), wrk loads both servers over HTTP.
+bench_pkgs=(libdnnl-dev libopenblas-dev g++ nghttp2-client python3-onnx nodejs wrk)
 fuzz_pkgs=(clang libclang-rt-14-dev)
 # runc is listed so that podman's "crun | runc" dependency is met by runc.
 deploy_pkgs=(podman buildah runc debootstrap haproxy docker-compose ca-certificates)
