@@ -31,10 +31,16 @@ int main(int argc, char **argv) {
   }
   tpu_log_set_level(cfg.log_level);
   tpu_log_set_format(cfg.log_format);
-  tpu_log_info("tpud starting: models %s, %u compute threads, %u I/O threads, port %u, "
-               "http-port %u",
-               cfg.models, cfg.threads, cfg.io_threads, cfg.port, cfg.http_port);
-  tpu_engine_config_t ecfg = {.threads = cfg.threads};
+  char cpus[160];
+  tpu_cpus_describe(&cfg.cpus, cpus, sizeof cpus);
+  tpu_log_info("tpud starting: models %s, %u compute threads%s, %u I/O threads%s, spin %u us%s "
+               "(usable CPUs %s), port %u, http-port %u",
+               cfg.models, cfg.threads, tpu_config_given(&cfg, "threads") ? "" : " (default)",
+               cfg.io_threads, tpu_config_given(&cfg, "io-threads") ? "" : " (default)",
+               cfg.spin_us, tpu_config_given(&cfg, "spin-us") ? "" : " (default)", cpus, cfg.port,
+               cfg.http_port);
+  tpu_engine_config_t ecfg = {.threads = cfg.threads,
+                              .spin_us = cfg.spin_us ? cfg.spin_us : TPU_ENGINE_SPIN_OFF};
   tpu_engine_t *engine = NULL;
   /* The engine's pool threads start with the asynchronous signals blocked (thread.h): they are
    * the main thread's, also during the start-up loads, when a SIGHUP must not kill tpud. */

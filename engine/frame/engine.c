@@ -28,8 +28,10 @@ tpu_status_t tpu__engine_create_isa(const tpu_engine_config_t *cfg, const char *
   if (c.threads == 0) c.threads = 1;
   if (c.systolic_rows == 0) c.systolic_rows = 128;
   if (c.systolic_cols == 0) c.systolic_cols = 128;
+  if (c.spin_us == 0) c.spin_us = TPU_ENGINE_SPIN_DEFAULT_US;
+  else if (c.spin_us == TPU_ENGINE_SPIN_OFF) c.spin_us = 0;
   if (c.threads > TPU__MAX_THREADS || c.systolic_rows > TPU__MAX_SYSTOLIC ||
-      c.systolic_cols > TPU__MAX_SYSTOLIC)
+      c.systolic_cols > TPU__MAX_SYSTOLIC || c.spin_us > TPU_ENGINE_SPIN_MAX_US)
     return TPU_EINVAL;
 
   e = calloc(1, sizeof *e);
@@ -39,10 +41,11 @@ tpu_status_t tpu__engine_create_isa(const tpu_engine_config_t *cfg, const char *
   st = tpu__kernels_select(isa, &e->ks);
   if (st != TPU_OK) goto fail;
   e->threads = c.threads;
+  e->spin_us = c.spin_us;
   e->rows = c.systolic_rows;
   e->cols = c.systolic_cols;
   if (c.threads > 1) {
-    st = tpu__pool_create(c.threads, &e->pool);
+    st = tpu__pool_create(c.threads, (uint64_t)c.spin_us * 1000u, &e->pool);
     if (st != TPU_OK) goto fail;
   }
   if (pthread_mutex_init(&e->stats_lock, NULL) != 0) {
@@ -67,6 +70,10 @@ void tpu_engine_free(tpu_engine_t *engine) {
   tpu__pool_free(engine->pool);
   pthread_mutex_destroy(&engine->stats_lock);
   free(engine);
+}
+
+void tpu_engine_rest(tpu_engine_t *engine) {
+  if (engine) tpu__pool_rest(engine->pool);
 }
 
 void tpu__engine_plan_attach(tpu_engine_t *e, tpu__plan_stats_t *ps) {
@@ -112,6 +119,7 @@ tpu_status_t tpu_engine_stats(const tpu_engine_t *engine, tpu_engine_stats_t *ou
   }
   pthread_mutex_unlock(&e->stats_lock);
   out->threads = e->threads;
+  out->spin_us = e->spin_us;
   out->systolic_rows = e->rows;
   out->systolic_cols = e->cols;
   out->isa = e->ks->name;

@@ -13,8 +13,14 @@
  * VM, more than a whole small matmul. So workers, after a job, spin on the atomic generation for
  * up to TPU__POOL_SPIN_NS before they sleep on `wake`, and the caller, after its own part, spins
  * on the atomic `pending` before it sleeps on `done` (OpenMP runtimes do the same, for longer).
- * Back-to-back plan runs (the layers of a model, a batcher's batches) then hand work over in
- * about a microsecond; an idle engine sleeps after that spin.
+ * Back-to-back plan runs (the layers of a model) then hand work over in about a microsecond.
+ * Spinning is only worth it when the next job comes soon and the core is not wanted elsewhere:
+ * after a model's last layer the next job is a whole batch away (the I/O threads must parse it
+ * first, often on the very core a spinning worker holds: on 2 vCPUs a 50 µs spin after every
+ * batch was 12% of tpud's CPU under load). So a graph program calls tpu_engine_rest after its
+ * last step, and workers that see it stop spinning and sleep; the next job's generation bump
+ * clears it. The spin time is the engine's (tpu_engine_config_t.spin_us: tpud picks it from the
+ * CPU count; 0 there means the default, TPU_ENGINE_SPIN_OFF never spinning).
  *
  * Lock rules: `generation` and `pending` are atomics, read without the lock while spinning; they
  * change under `mu` too, and a thread checks them under `mu` before it sleeps, so no wake-up is
@@ -43,13 +49,11 @@ struct tpu__pool {
   _Atomic uint64_t generation; /* bumped once per job */
   atomic_uint pending;         /* workers still running the current job */
   atomic_int stop;
+  atomic_int rest;  /* tpu__pool_rest: no job expected soon, stop spinning */
+  uint64_t spin_ns; /* how long a thread spins before it sleeps; 0 = never */
   tpu__pool_fn fn;
   void *arg;
 };
-
-/* How long a thread spins for the next job (worker) or for the workers (caller) before it
- * sleeps. */
-#define TPU__POOL_SPIN_NS 50000
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -63,16 +67,19 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Spins until *v != old (generation) or the spin time is up; returns the last value seen. The
- * clock is read every 64 checks only. */
-static uint64_t spin_while_equal(_Atomic uint64_t *v, uint64_t old, const atomic_int *stop) {
+/* Spins until the generation moves on from `old`, the pool stops or rests, or the spin time is
+ * up; returns the last generation seen. The clock is read every 64 checks only. */
+static uint64_t spin_for_job(tpu__pool_t *pool, uint64_t old) {
   uint64_t until = 0, x = old;
+  if (!pool->spin_ns) return atomic_load_explicit(&pool->generation, memory_order_acquire);
   for (unsigned i = 0;; i++) {
-    x = atomic_load_explicit(v, memory_order_acquire);
-    if (x != old || atomic_load_explicit(stop, memory_order_relaxed)) return x;
+    x = atomic_load_explicit(&pool->generation, memory_order_acquire);
+    if (x != old || atomic_load_explicit(&pool->stop, memory_order_relaxed) ||
+        atomic_load_explicit(&pool->rest, memory_order_relaxed))
+      return x;
     if ((i & 63) == 0) {
       uint64_t t = now_ns();
-      if (!until) until = t + TPU__POOL_SPIN_NS;
+      if (!until) until = t + pool->spin_ns;
       else if (t >= until) return x;
     }
     cpu_relax();
@@ -84,7 +91,7 @@ static void *worker_main(void *p) {
   tpu__pool_t *pool = w->pool;
   uint64_t seen = 0;
   for (;;) {
-    uint64_t g = spin_while_equal(&pool->generation, seen, &pool->stop);
+    uint64_t g = spin_for_job(pool, seen);
     if (g == seen && !atomic_load(&pool->stop)) {
       pthread_mutex_lock(&pool->mu);
       while (!atomic_load(&pool->stop) && atomic_load(&pool->generation) == seen)
@@ -113,7 +120,7 @@ static void stop_workers(tpu__pool_t *pool, unsigned started) {
   for (unsigned i = 0; i < started; i++) pthread_join(pool->workers[i].tid, NULL);
 }
 
-tpu_status_t tpu__pool_create(unsigned nthreads, tpu__pool_t **out) {
+tpu_status_t tpu__pool_create(unsigned nthreads, uint64_t spin_ns, tpu__pool_t **out) {
   tpu__pool_t *pool = NULL;
   unsigned started = 0;
   int inited = 0; /* how many of run_lock, mu, wake, done are initialized */
@@ -123,6 +130,7 @@ tpu_status_t tpu__pool_create(unsigned nthreads, tpu__pool_t **out) {
   pool = calloc(1, sizeof *pool);
   if (!pool) goto fail;
   pool->nthreads = nthreads;
+  pool->spin_ns = spin_ns;
   pool->workers = calloc(nthreads - 1, sizeof *pool->workers);
   if (!pool->workers) goto fail;
   if (pthread_mutex_init(&pool->run_lock, NULL) != 0) goto fail;
@@ -171,6 +179,7 @@ int tpu__pool_run(tpu__pool_t *pool, tpu__pool_fn fn, void *arg) {
   pool->fn = fn;
   pool->arg = arg;
   atomic_store(&pool->pending, pool->nthreads - 1);
+  atomic_store_explicit(&pool->rest, 0, memory_order_relaxed); /* published by the bump below */
   pthread_mutex_lock(&pool->mu);
   atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release); /* publishes fn, arg */
   pthread_cond_broadcast(&pool->wake); /* no system call when every worker is spinning */
@@ -182,7 +191,7 @@ int tpu__pool_run(tpu__pool_t *pool, tpu__pool_fn fn, void *arg) {
   for (unsigned i = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) != 0; i++) {
     if ((i & 63) == 0) {
       uint64_t t = now_ns();
-      if (!until) until = t + TPU__POOL_SPIN_NS;
+      if (!until) until = t + pool->spin_ns;
       else if (t >= until) break;
     }
     cpu_relax();
@@ -194,4 +203,8 @@ int tpu__pool_run(tpu__pool_t *pool, tpu__pool_fn fn, void *arg) {
   }
   pthread_mutex_unlock(&pool->run_lock);
   return 1;
+}
+
+void tpu__pool_rest(tpu__pool_t *pool) {
+  if (pool) atomic_store_explicit(&pool->rest, 1, memory_order_relaxed);
 }

@@ -38,14 +38,20 @@
 typedef struct tpu__pool tpu__pool_t;
 typedef void (*tpu__pool_fn)(void *arg, unsigned part, unsigned nparts);
 
-/* Starts nthreads - 1 workers (the caller of tpu__pool_run is the nthreads-th); nthreads ≥ 2. */
-tpu_status_t tpu__pool_create(unsigned nthreads, tpu__pool_t **out);
+/* Starts nthreads - 1 workers (the caller of tpu__pool_run is the nthreads-th); nthreads ≥ 2.
+ * After a job, workers spin up to spin_ns for the next one before they sleep (0: never spin),
+ * and the caller as long for the workers. */
+tpu_status_t tpu__pool_create(unsigned nthreads, uint64_t spin_ns, tpu__pool_t **out);
 void tpu__pool_free(tpu__pool_t *pool);
 unsigned tpu__pool_threads(const tpu__pool_t *pool);
 /* Runs fn(arg, p, n) for every p in [0, n), n = tpu__pool_threads, part 0 on the calling thread,
  * and returns 1 when all parts are done; returns 0 at once, running nothing, when another job
  * holds the pool. */
 int tpu__pool_run(tpu__pool_t *pool, tpu__pool_fn fn, void *arg);
+/* Says no job is expected soon (a graph program's last step ran): spinning workers go to sleep
+ * now instead of holding their cores for the rest of their spin. The next job clears it.
+ * Accepts NULL. */
+void tpu__pool_rest(tpu__pool_t *pool);
 
 /* ---- engine (engine.c) ---- */
 
@@ -62,6 +68,7 @@ struct tpu_engine {
   const tpu__kernel_set_t *ks; /* resolved kernel set, chosen once */
   int isa_forced;              /* ks was named by TPUD_ISA (or the caller), not picked */
   unsigned threads, rows, cols;
+  unsigned spin_us;  /* the pool's spin (0: none) */
   tpu__pool_t *pool; /* NULL when threads == 1 */
   pthread_mutex_t stats_lock; /* guards `plans` and the retired totals (see engine.c) */
   tpu__plan_stats_t *plans;   /* live plans */

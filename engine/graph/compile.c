@@ -41,6 +41,7 @@
 
 struct tpu_graph_program {
   const tpu_graph_t *g; /* node names and attributes (the graph outlives its programs) */
+  tpu_engine_t *engine;  /* its compute threads rest after the last step (tpu_engine_rest) */
   tpu__xt_t *xt;
   size_t nxt;
   tpu__step_t *steps;
@@ -689,6 +690,7 @@ tpu_status_t tpu_graph_compile(tpu_graph_t *g, tpu_engine_t *engine, int64_t bat
   int *dead = NULL;
   if (!p) return tpu__graph_fail(g, TPU_ENOMEM, "compile: out of memory");
   p->g = g;
+  p->engine = engine;
   p->nxt = g->ntensors;
   p->xt = calloc(p->nxt + 1, sizeof *p->xt);
   p->steps = calloc(g->nnodes + 1, sizeof *p->steps);
@@ -817,10 +819,14 @@ static tpu_status_t program_run(tpu_graph_program_t *p, const void *const *input
               s->obs_layout, s->obs_n);
     tpu_status_t st = p->steps[i].run(&rc, &p->steps[i]);
     if (st != TPU_OK) {
+      tpu_engine_rest(p->engine);
       if (!p->err[0]) tpu__run_fail(&rc, st, "%s", tpu_strerror(st));
       return st;
     }
   }
+  /* The next job is a whole batch away: the compute threads sleep now rather than spin on cores
+   * the I/O threads need to read it (pool.c). */
+  tpu_engine_rest(p->engine);
   for (size_t o = 0; o < p->noutputs; o++) { /* constants and inputs passed straight through */
     const tpu__xt_t *t = &p->xt[p->outputs[o]];
     if (t->first != -2 && t->bytes) memcpy(outputs[o], t->data, t->bytes);

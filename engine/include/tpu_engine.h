@@ -107,12 +107,25 @@ typedef struct {
   unsigned threads;       /* compute threads for large plans; 0 = 1 */
   unsigned systolic_rows; /* R of the modelled array; 0 = 128 */
   unsigned systolic_cols; /* C of the modelled array; 0 = 128 */
+  /* Microseconds a compute thread spins for the next job (and a caller for the other threads)
+   * before it sleeps: spinning hands a job over in about a microsecond instead of a futex
+   * wake-up's tens, but holds a core. 0 = TPU_ENGINE_SPIN_DEFAULT_US; TPU_ENGINE_SPIN_OFF =
+   * sleep at once (the right choice when the threads outnumber the cores). */
+  unsigned spin_us;
 } tpu_engine_config_t;
+
+#define TPU_ENGINE_SPIN_DEFAULT_US 50u
+#define TPU_ENGINE_SPIN_OFF 0xFFFFFFFFu
+#define TPU_ENGINE_SPIN_MAX_US 100000u
 
 /* Creates an engine. cfg may be NULL for defaults. */
 tpu_status_t tpu_engine_create(const tpu_engine_config_t *cfg, tpu_engine_t **out);
 /* Frees an engine; accepts NULL. Weights and plans made from it must be freed first. */
 void tpu_engine_free(tpu_engine_t *engine);
+/* Says no plan run is expected soon (a model's last layer ran): compute threads spinning for
+ * the next job sleep now instead of holding their cores; the next run wakes them. Graph
+ * programs call it after their last step. Accepts NULL. */
+void tpu_engine_rest(tpu_engine_t *engine);
 
 /* Cumulative statistics since creation. Each counter is monotonic; every plan run adds to them
  * (without a lock: a snapshot may be one call behind on a plan running meanwhile). */
@@ -122,6 +135,7 @@ typedef struct {
   uint64_t sim_cycles;     /* cycles the modelled systolic array needs for the same calls */
   uint64_t sim_macs_slots; /* sim_cycles × R × C: MAC slots the array offered */
   unsigned threads;        /* configured compute threads */
+  unsigned spin_us;        /* their spin before sleeping (0: they never spin) */
   unsigned systolic_rows, systolic_cols;
   const char *isa;         /* kernel set in use ("ref", ...) */
 } tpu_engine_stats_t;

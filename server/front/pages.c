@@ -52,8 +52,21 @@ static json_t *hist_json(const tpu_hist_t *h, const uint64_t *bounds, size_t nbo
 json_t *tpu__page_debug_config(tpu_server_t *srv) {
   json_t *cfg = tpu_config_to_json(&srv->cfg);
   if (cfg) {
+    const tpu_cpus_t *c = &srv->cfg.cpus;
     json_object_set_new(cfg, "bound_port", json_integer(srv->port));
     json_object_set_new(cfg, "bound_http_port", json_integer(srv->http_port));
+    /* What the CPU-count defaults (threads, io-threads, spin-us) were fitted to, and which of
+     * the three are those defaults rather than given. */
+    json_t *cpus = json_pack("{s:I,s:I,s:I}", "usable", (json_int_t)c->usable, "online",
+                             (json_int_t)c->online, "affinity", (json_int_t)c->affinity);
+    if (cpus) json_object_set_new(cpus, "cgroup_quota", c->quota > 0 ? json_real(c->quota)
+                                                                     : json_null());
+    json_object_set_new(cfg, "cpus", cpus);
+    json_t *fitted = json_array();
+    static const char *const fit[] = {"threads", "io-threads", "spin-us"};
+    for (size_t i = 0; i < sizeof fit / sizeof fit[0]; i++)
+      if (!tpu_config_given(&srv->cfg, fit[i])) json_array_append_new(fitted, json_string(fit[i]));
+    json_object_set_new(cfg, "defaults_from_cpus", fitted);
   }
   return cfg;
 }
@@ -152,8 +165,9 @@ json_t *tpu__page_debug_engine(tpu_server_t *srv) {
   tpu_engine_stats_t es;
   memset(&es, 0, sizeof es);
   tpu_engine_stats(srv->engine, &es);
-  return json_pack("{s:s,s:I,s:{s:I,s:I},s:I,s:I,s:I,s:f,s:I,s:I}", "isa",
-                      es.isa ? es.isa : "unknown", "threads", (json_int_t)es.threads, "systolic",
+  return json_pack("{s:s,s:I,s:I,s:{s:I,s:I},s:I,s:I,s:I,s:f,s:I,s:I}", "isa",
+                      es.isa ? es.isa : "unknown", "threads", (json_int_t)es.threads, "spin_us",
+                      (json_int_t)es.spin_us, "systolic",
                       "rows", (json_int_t)es.systolic_rows, "cols", (json_int_t)es.systolic_cols,
                       "calls", (json_int_t)es.calls, "macs", (json_int_t)es.macs,
                       "systolic_cycles", (json_int_t)es.sim_cycles, "systolic_utilization",

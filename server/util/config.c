@@ -52,10 +52,14 @@ static const opt_t options[] = {
      "bytes", "largest HTTP request line plus headers; larger requests are refused"},
     {"http-timeout-s", OPT_UINT, OFF(http_timeout_s), 0, 1, 86400, "60", "seconds",
      "HTTP read and write timeout; also closes idle keep-alive connections"},
-    {"threads", OPT_UINT, OFF(threads), 0, 1, 1024, "number of CPUs", "threads",
-     "compute threads (engine and MatMul pool)"},
-    {"io-threads", OPT_UINT, OFF(io_threads), 0, 1, 256, "1", "threads",
-     "network I/O threads (each owns its connections)"},
+    {"threads", OPT_UINT, OFF(threads), 0, 1, 1024, "usable CPUs, less the I/O threads from 4 on",
+     "threads", "compute threads (engine and MatMul pool); usable CPUs: the affinity mask and "
+     "the cgroup's CPU quota"},
+    {"io-threads", OPT_UINT, OFF(io_threads), 0, 1, 256, "usable CPUs / 4, at least 1",
+     "threads", "network I/O threads (each owns its connections)"},
+    {"spin-us", OPT_UINT, OFF(spin_us), 0, 0, 100000,
+     "50; 0 on one CPU or when the threads outnumber the CPUs by more than one", "microseconds",
+     "how long a compute thread spins for its next job before it sleeps (0: never spin)"},
     {"max-connections", OPT_UINT, OFF(max_connections), 0, 1, 1000000, "1024", "connections",
      "open connections at once; more are closed at accept and counted"},
     {"idle-timeout-s", OPT_UINT, OFF(idle_timeout_s), 0, 0, 86400 * 7, "300", "seconds",
@@ -136,9 +140,6 @@ void tpu_config_defaults(tpu_config_t *cfg) {
   cfg->http_max_body_bytes = 16u << 20;
   cfg->http_max_header_bytes = 16384;
   cfg->http_timeout_s = 60;
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  cfg->threads = n > 0 ? (unsigned)n : 1;
-  cfg->io_threads = 1;
   cfg->max_connections = 1024;
   cfg->idle_timeout_s = 300;
   cfg->max_message_bytes = 64u << 20;
@@ -159,6 +160,22 @@ void tpu_config_defaults(tpu_config_t *cfg) {
   cfg->tls_handshake_timeout_s = 10;
   cfg->auth_open_health = 1;
   cfg->strict_readiness = 1;
+  tpu_cpus_t cpus;
+  tpu_cpus_read(&cpus);
+  tpu_config_fit_cpus(cfg, &cpus);
+}
+
+void tpu_config_fit_cpus(tpu_config_t *cfg, const tpu_cpus_t *cpus) {
+  unsigned n = cpus->usable ? cpus->usable : 1;
+  cfg->cpus = *cpus;
+  if (!tpu_config_given(cfg, "io-threads")) {
+    unsigned io = n / 4;
+    cfg->io_threads = io < 1 ? 1 : io > 64 ? 64 : io;
+  }
+  if (!tpu_config_given(cfg, "threads"))
+    cfg->threads = n >= 4 && n > cfg->io_threads ? n - cfg->io_threads : n;
+  if (!tpu_config_given(cfg, "spin-us"))
+    cfg->spin_us = n == 1 || cfg->threads + cfg->io_threads > n + 1 ? 0 : 50;
 }
 
 static const opt_t *find_opt(const char *name, size_t len) {
@@ -383,6 +400,10 @@ tpu_config_result_t tpu_config_parse(tpu_config_t *cfg, int argc, char **argv, c
     if (set_value(cfg, find_opt(name, nlen), value, src, err, errlen) != 0)
       return TPU_CONFIG_ERROR;
   }
+  /* The CPU-count defaults again, now that the options given are known (spin-us follows a
+   * --threads given). */
+  tpu_cpus_t cpus = cfg->cpus;
+  tpu_config_fit_cpus(cfg, &cpus);
   return TPU_CONFIG_OK;
 }
 

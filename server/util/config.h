@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cpus.h"
 #include "log.h"
 
 typedef struct {
@@ -27,7 +28,8 @@ typedef struct {
   unsigned http_max_header_bytes; /* bytes: request line + headers of one HTTP request */
   unsigned http_timeout_s;     /* seconds: HTTP read/write timeout, also the keep-alive idle time */
   unsigned threads;            /* compute threads (engine and MatMul pool) */
-  unsigned io_threads;         /* libevent I/O threads */
+  unsigned io_threads;         /* network I/O threads */
+  unsigned spin_us;            /* µs a compute thread spins for its next job; 0 = never */
   unsigned max_connections;    /* open connections at once; more are closed at accept */
   unsigned idle_timeout_s;     /* seconds; a connection with nothing in flight is closed after */
   uint64_t max_message_bytes;  /* bytes: largest frame accepted or sent */
@@ -62,10 +64,24 @@ typedef struct {
   tpu_log_level_t log_level;
   tpu_log_format_t log_format; /* stderr lines: text or json (log.h) */
   uint64_t given;              /* which options a flag or the file set (tpu_config_given) */
+  tpu_cpus_t cpus;             /* the CPUs the defaults were fitted to (tpu_config_fit_cpus) */
 } tpu_config_t;
 
-/* Fills every option with its default (threads = number of online CPUs). */
+/* Fills every option with its default, threads, io-threads and spin-us fitted to this process's
+ * CPUs (tpu_cpus_read, tpu_config_fit_cpus). */
 void tpu_config_defaults(tpu_config_t *cfg);
+
+/* Sets threads, io-threads and spin-us that no flag or file gave from the usable CPU count
+ * (cpus.h), and keeps `cpus` in cfg:
+ *   io-threads = usable / 4 (at least 1, at most 64): JSON and TLS work scales with cores, but
+ *                one thread keeps a small machine's cores for compute;
+ *   threads    = usable, less the I/O threads from 4 CPUs on (below that they share);
+ *   spin-us    = 50, or 0 (never spin) when a spinning thread has no core of its own: one CPU,
+ *                or threads + io-threads above the usable count by more than one (a 2-CPU
+ *                machine's 2 compute + 1 I/O threads spin: the engine stops the spin after a
+ *                model's last layer, so it only bridges the layers of one batch).
+ * tpu_config_parse calls it after the flags; call it again after changing cfg->cpus. */
+void tpu_config_fit_cpus(tpu_config_t *cfg, const tpu_cpus_t *cpus);
 
 /* Outcome of tpu_config_parse. */
 typedef enum {

@@ -17,6 +17,7 @@ static void test_defaults(void) {
   CU_ASSERT_EQUAL(st.threads, 1);
   CU_ASSERT_EQUAL(st.systolic_rows, 128);
   CU_ASSERT_EQUAL(st.systolic_cols, 128);
+  CU_ASSERT_EQUAL(st.spin_us, TPU_ENGINE_SPIN_DEFAULT_US);
   CU_ASSERT(st.calls == 0 && st.macs == 0 && st.sim_cycles == 0 && st.sim_macs_slots == 0);
   CU_ASSERT(st.isa != NULL && *st.isa);
   CU_ASSERT_EQUAL(tpu_engine_stats_utilization(&st), 0.0);
@@ -27,7 +28,18 @@ static void test_defaults(void) {
   CU_ASSERT(tpu_engine_stats(e, &st) == TPU_OK);
   CU_ASSERT(st.threads == 3 && st.systolic_rows == 16 && st.systolic_cols == 256);
   tpu_engine_free(e);
+  /* Spin: a value, or never; the engine reports what its threads do. */
+  cfg = (tpu_engine_config_t){.threads = 2, .spin_us = 7};
+  CU_ASSERT_FATAL(tpu_engine_create(&cfg, &e) == TPU_OK);
+  CU_ASSERT(tpu_engine_stats(e, &st) == TPU_OK && st.spin_us == 7);
+  tpu_engine_rest(e);
+  tpu_engine_free(e);
+  cfg = (tpu_engine_config_t){.threads = 2, .spin_us = TPU_ENGINE_SPIN_OFF};
+  CU_ASSERT_FATAL(tpu_engine_create(&cfg, &e) == TPU_OK);
+  CU_ASSERT(tpu_engine_stats(e, &st) == TPU_OK && st.spin_us == 0);
+  tpu_engine_free(e);
   tpu_engine_free(NULL);
+  tpu_engine_rest(NULL);
 }
 
 static void test_config_errors(void) {
@@ -39,6 +51,8 @@ static void test_config_errors(void) {
   cfg = (tpu_engine_config_t){.systolic_rows = TPU__MAX_SYSTOLIC + 1};
   CU_ASSERT(tpu_engine_create(&cfg, &e) == TPU_EINVAL);
   cfg = (tpu_engine_config_t){.systolic_cols = 0xffffffffu};
+  CU_ASSERT(tpu_engine_create(&cfg, &e) == TPU_EINVAL);
+  cfg = (tpu_engine_config_t){.spin_us = TPU_ENGINE_SPIN_MAX_US + 1};
   CU_ASSERT(tpu_engine_create(&cfg, &e) == TPU_EINVAL);
   tpu_engine_stats_t st;
   CU_ASSERT(tpu_engine_stats(NULL, &st) == TPU_EINVAL);

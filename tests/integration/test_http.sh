@@ -83,7 +83,13 @@ req POST /v2/repository/models/digits/unload 400 '"parameters.force" in j["error
 req GET /v2/repository/models/digits/load 405 '"POST" in j["error"]'
 req POST /v2/repository/models/digits/load 400 '"expected a JSON object" in j["error"]' -d '[1]'
 req GET /v2/debug/config 200 'j["http-max-body-bytes"] == 65536 and j["bound_http_port"] == '"$HPORT"
-req GET /v2/debug/engine 200 'isinstance(j["isa"], str) and j["systolic"]["rows"] > 0'
+# Threads, I/O threads and spin fitted to the usable CPUs (none of them given here): the
+# affinity mask (nproc) or fewer, with a cgroup CPU quota.
+NCPU=$(nproc)
+req GET /v2/debug/config 200 '1 <= j["cpus"]["usable"] <= '"$NCPU"' and j["cpus"]["online"] >= '"$NCPU"' and j["defaults_from_cpus"] == ["threads", "io-threads", "spin-us"] and j["io-threads"] == max(1, min(64, j["cpus"]["usable"] // 4)) and j["threads"] == (j["cpus"]["usable"] - j["io-threads"] if j["cpus"]["usable"] >= 4 else j["cpus"]["usable"]) and j["spin-us"] == (0 if j["cpus"]["usable"] == 1 else 50)'
+req GET /v2/debug/engine 200 'isinstance(j["isa"], str) and j["systolic"]["rows"] > 0 and j["spin_us"] in (0, 50)'
+grep -q "compute threads (default), .* I/O threads (default), spin .* us (default) (usable CPUs [0-9]* (online" "$LOG" ||
+  fail "the start line does not report the CPU-count defaults: $(grep 'tpud starting' "$LOG")"
 req GET /v2/debug/models 200 'any(m["name"] == "digits" and m["batching"]["max_batch_size"] == 64 and "stats" in m for m in j)'
 req POST /v2/health/live 405 '"error" in j'
 req GET /v2/models/digits/infer 405 '"error" in j'
@@ -285,6 +291,31 @@ wait $PID
 rc=$?
 [ $rc -eq 0 ] || fail "tpud exited $rc after SIGTERM"
 grep -E "ERROR" "$LOG" | grep -v broken && fail "unexpected ERROR lines in the log"
+
+# ---- CPU-count defaults under an affinity mask, and given options kept ----
+# one_cpu_config PREFIX... -- TPUD_ARGS...: starts tpud (under PREFIX), saves /v2/debug/config
+one_config() {
+  local pre=() log=$WORK/tpud.cpus.log
+  while [ "$1" != -- ]; do pre+=("$1"); shift; done
+  shift
+  "${pre[@]}" "$TPUD" --models "$WORK/repo" --port 0 --http-port 0 "$@" 2>"$log" &
+  PID=$!
+  tpud_ports "$log" $PID || { fail "tpud $* did not start"; return; }
+  curl -s -o "$WORK/cfg.json" "http://127.0.0.1:$HPORT/v2/debug/config"
+  kill -TERM $PID; wait $PID
+}
+cfg_check() {
+  $PY -c "import json,sys; j=json.load(open('$WORK/cfg.json')); sys.exit(0 if ($1) else 1)" ||
+    fail "$2: /v2/debug/config: $(head -c 600 "$WORK/cfg.json")"
+}
+if command -v taskset >/dev/null && taskset -c 0 true 2>/dev/null; then
+  one_config taskset -c 0 -- # one CPU: one compute thread, no spinning
+  cfg_check 'j["cpus"]["usable"] == 1 and j["cpus"]["affinity"] == 1 and j["threads"] == 1 and j["io-threads"] == 1 and j["spin-us"] == 0' "taskset -c 0"
+fi
+one_config -- --threads 3 --spin-us 7
+cfg_check 'j["threads"] == 3 and j["spin-us"] == 7 and j["defaults_from_cpus"] == ["io-threads"]' "--threads 3 --spin-us 7"
+"$TPUD" --spin-us 100001 2>"$WORK/err" && fail "--spin-us 100001 accepted"
+grep -q "spin-us" "$WORK/err" || fail "--spin-us 100001: $(cat "$WORK/err")"
 
 [ $FAIL -eq 0 ] && echo "test_http: ok"
 exit $FAIL

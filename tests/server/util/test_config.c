@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "config.h"
+#include "cpus.h"
 #include "fsync.h"
 #include "tpu_test.h"
 
@@ -26,8 +27,9 @@ static void test_defaults(void) {
   CU_ASSERT_STRING_EQUAL(c.listen, "127.0.0.1");
   CU_ASSERT_EQUAL(c.port, 8500);
   CU_ASSERT_EQUAL(c.http_port, 8501);
-  CU_ASSERT(c.threads >= 1);
-  CU_ASSERT_EQUAL(c.io_threads, 1);
+  CU_ASSERT(c.cpus.usable >= 1 && c.cpus.online >= 1);
+  CU_ASSERT(c.threads >= 1 && c.threads <= c.cpus.usable);
+  CU_ASSERT_EQUAL(c.io_threads, c.cpus.usable < 4 ? 1 : c.cpus.usable / 4);
   CU_ASSERT_EQUAL(c.max_message_bytes, 64u << 20);
   CU_ASSERT_EQUAL(c.max_buffered_bytes, 256u << 20);
   CU_ASSERT_EQUAL(c.log_level, TPU_LOG_INFO);
@@ -207,7 +209,103 @@ static void test_help(void) {
   free(buf);
 }
 
+/* The CPU-count defaults for threads, io-threads and spin-us, and options given beside them. */
+static void test_fit_cpus(void) {
+  static const struct {
+    unsigned usable, threads, io, spin;
+  } want[] = {{1, 1, 1, 0},   {2, 2, 1, 50},    {3, 3, 1, 50},   {4, 3, 1, 50},
+              {8, 6, 2, 50},  {16, 12, 4, 50},  {96, 72, 24, 50}, {512, 448, 64, 50}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    tpu_config_t c;
+    tpu_config_defaults(&c);
+    tpu_cpus_t cpus = {.online = want[i].usable, .usable = want[i].usable};
+    tpu_config_fit_cpus(&c, &cpus);
+    CU_ASSERT_EQUAL(c.threads, want[i].threads);
+    CU_ASSERT_EQUAL(c.io_threads, want[i].io);
+    CU_ASSERT_EQUAL(c.spin_us, want[i].spin);
+    CU_ASSERT_EQUAL(c.cpus.usable, want[i].usable);
+  }
+  /* Given options stay; the others fit around them. */
+  char err[512];
+  tpu_config_t c;
+  const char *a1[] = {"tpud", "--threads", "8"};
+  CU_ASSERT_FATAL(parse(&c, err, 3, a1) == TPU_CONFIG_OK);
+  tpu_cpus_t two = {.online = 2, .affinity = 2, .usable = 2};
+  tpu_config_fit_cpus(&c, &two);
+  CU_ASSERT(c.threads == 8 && c.io_threads == 1);
+  CU_ASSERT_EQUAL(c.spin_us, 0); /* 9 threads on 2 CPUs: a spinning one would take a core */
+  const char *a2[] = {"tpud", "--spin-us", "10", "--io-threads", "3"};
+  CU_ASSERT_FATAL(parse(&c, err, 5, a2) == TPU_CONFIG_OK);
+  tpu_cpus_t sixteen = {.online = 16, .usable = 16};
+  tpu_config_fit_cpus(&c, &sixteen);
+  CU_ASSERT(c.spin_us == 10 && c.io_threads == 3 && c.threads == 13);
+  const char *a3[] = {"tpud", "--spin-us", "0"};
+  CU_ASSERT_FATAL(parse(&c, err, 3, a3) == TPU_CONFIG_OK);
+  CU_ASSERT(c.spin_us == 0 && tpu_config_given(&c, "spin-us"));
+  const char *a4[] = {"tpud", "--spin-us", "100001"};
+  CU_ASSERT(parse(&c, err, 3, a4) == TPU_CONFIG_ERROR && strstr(err, "spin-us"));
+}
+
+static void write_file(const char *dir, const char *name, const char *text) {
+  char path[1400];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* The cgroup quota: v2 cpu.max, the tightest up the tree; v1 cfs quota; none. */
+static void test_cpus_cgroup(void) {
+  char dir[] = "/tmp/tpud-cpus-XXXXXX", sub[600], path[600];
+  CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+  snprintf(sub, sizeof sub, "%s/root/a/b", dir);
+  char cmd[1400];
+  snprintf(cmd, sizeof cmd, "mkdir -p %s %s/root/cpu/k", sub, dir);
+  CU_ASSERT_FATAL(system(cmd) == 0);
+  snprintf(path, sizeof path, "%s/root", dir);
+
+  tpu_cpus_t c, self;
+  tpu_cpus_read(&self);
+  unsigned base = self.affinity ? self.affinity : self.online;
+  write_file(dir, "cg", "0::/a/b\n");
+  tpu_cpus_read_at("/nonexistent/cgroup", path, &c); /* nothing readable: no quota */
+  CU_ASSERT(c.quota == 0 && c.usable == base);
+  tpu_cpus_read_at(strcat(strcpy(cmd, dir), "/cg"), path, &c); /* no cpu.max anywhere */
+  CU_ASSERT(c.quota == 0 && c.usable == base);
+  write_file(sub, "cpu.max", "150000 100000\n");
+  write_file(path, "a/cpu.max", "max 100000\n");
+  tpu_cpus_read_at(cmd, path, &c);
+  CU_ASSERT_DOUBLE_EQUAL(c.quota, 1.5, 1e-9);
+  CU_ASSERT_EQUAL(c.usable, base < 2 ? base : 2); /* 1.5 CPUs run 2 threads */
+  write_file(path, "a/cpu.max", "50000 100000\n"); /* the parent's is tighter */
+  tpu_cpus_read_at(cmd, path, &c);
+  CU_ASSERT_DOUBLE_EQUAL(c.quota, 0.5, 1e-9);
+  CU_ASSERT_EQUAL(c.usable, 1);
+  write_file(path, "a/cpu.max", "garbage\n"); /* unreadable: ignored */
+  tpu_cpus_read_at(cmd, path, &c);
+  CU_ASSERT_DOUBLE_EQUAL(c.quota, 1.5, 1e-9);
+  /* cgroup v1 (a hybrid system's cpu controller) */
+  write_file(dir, "cg", "4:memory:/x\n1:cpu,cpuacct:/k\n0::/a/b\n");
+  write_file(path, "cpu/k/cpu.cfs_quota_us", "300000\n");
+  write_file(path, "cpu/k/cpu.cfs_period_us", "100000\n");
+  tpu_cpus_read_at(cmd, path, &c);
+  CU_ASSERT_DOUBLE_EQUAL(c.quota, 3.0, 1e-9);
+  CU_ASSERT_EQUAL(c.usable, base < 3 ? base : 3);
+  write_file(path, "cpu/k/cpu.cfs_quota_us", "-1\n");
+  tpu_cpus_read_at(cmd, path, &c);
+  CU_ASSERT(c.quota == 0 && c.usable == base);
+  char text[160];
+  c.quota = 1.5;
+  tpu_cpus_describe(&c, text, sizeof text);
+  CU_ASSERT(strstr(text, "cgroup quota 1.50") != NULL);
+
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CU_ASSERT(system(cmd) == 0);
+}
+
 TPU_TEST_SUITE(server_config, {"defaults", test_defaults}, {"flags", test_flags},
+               {"fit_cpus", test_fit_cpus}, {"cpus_cgroup", test_cpus_cgroup},
                {"given", test_given}, {"audit_fsync", test_audit_fsync},
                {"file_then_flags", test_file_then_flags}, {"bad_flags", test_bad_flags},
                {"bad_json", test_bad_json}, {"help", test_help})
