@@ -6,13 +6,17 @@
  * thread is created and nothing is allocated per call. One job at a time: run_lock is held by
  * the caller whose job owns the pool, and a second caller that fails to take it computes alone
  * rather than queueing (plans may run concurrently from many threads; none ever waits for
- * another's job). Parts are static (part p of n), which suits the dense, evenly sized blocks the
- * plans hand out.
+ * another's job). A job has n parts (n = the pool's threads), evenly sized blocks the plans hand
+ * out: part 0 is the caller's, the others go to whichever thread claims them first (`ticket`),
+ * the caller included, so a worker that is not running (its core taken by an I/O thread or the
+ * client) delays nothing: the caller claims that part and runs it itself. Which thread runs a
+ * part never changes what the part computes.
  *
  * Waking: a sleeping thread costs a futex wake-up, tens of microseconds on a paravirtualized
  * VM, more than a whole small matmul. So workers, after a job, spin on the atomic generation for
- * up to TPU__POOL_SPIN_NS before they sleep on `wake`, and the caller, after its own part, spins
- * on the atomic `pending` before it sleeps on `done` (OpenMP runtimes do the same, for longer).
+ * up to the spin time before they sleep on `wake`, and the caller, after the parts it could
+ * claim, spins on the atomic `remaining` (parts being run by others) before it sleeps on `done`
+ * (OpenMP runtimes do the same, for longer).
  * Back-to-back plan runs (the layers of a model) then hand work over in about a microsecond.
  * Spinning is only worth it when the next job comes soon and the core is not wanted elsewhere:
  * after a model's last layer the next job is a whole batch away (the I/O threads must parse it
@@ -22,10 +26,11 @@
  * clears it. The spin time is the engine's (tpu_engine_config_t.spin_us: tpud picks it from the
  * CPU count; 0 there means the default, TPU_ENGINE_SPIN_OFF never spinning).
  *
- * Lock rules: `generation` and `pending` are atomics, read without the lock while spinning; they
- * change under `mu` too, and a thread checks them under `mu` before it sleeps, so no wake-up is
- * lost. The job fields (fn, arg) are written only by the holder of run_lock, before the
- * generation bump that publishes them.
+ * Lock rules: `generation` and `remaining` are atomics, read without the lock while spinning;
+ * the generation changes under `mu`, and the last part's finisher signals `done` under `mu`,
+ * and a thread checks them under `mu` before it sleeps, so no wake-up is lost. The job fields
+ * (fn, arg, ticket) are written only by the holder of run_lock, before the generation store
+ * that publishes them; a part claimed from `ticket` keeps its job alive until it is done.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -36,7 +41,6 @@
 
 typedef struct {
   tpu__pool_t *pool;
-  unsigned part;
   pthread_t tid;
 } worker_t;
 
@@ -47,7 +51,11 @@ struct tpu__pool {
   pthread_mutex_t mu;
   pthread_cond_t wake, done;
   _Atomic uint64_t generation; /* bumped once per job */
-  atomic_uint pending;         /* workers still running the current job */
+  /* The current job's parts: (job << 32) | next part to claim, job = the low 32 bits of its
+   * generation, so a thread still holding an older generation can claim nothing of a newer
+   * job. */
+  _Atomic uint64_t ticket;
+  atomic_uint remaining; /* parts of the current job not finished yet */
   atomic_int stop;
   atomic_int rest;  /* tpu__pool_rest: no job expected soon, stop spinning */
   uint64_t spin_ns; /* how long a thread spins before it sleeps; 0 = never */
@@ -86,6 +94,28 @@ static uint64_t spin_for_job(tpu__pool_t *pool, uint64_t old) {
   }
 }
 
+/* Claims and runs parts of job `job` until none is left (or a newer job replaced it); the one
+ * that finishes the job's last part wakes a caller asleep on `done`. */
+static void run_claimed(tpu__pool_t *pool, uint32_t job) {
+  uint64_t t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
+  while ((uint32_t)(t >> 32) == job && (uint32_t)t < pool->nthreads) {
+    if (!atomic_compare_exchange_weak_explicit(&pool->ticket, &t, t + 1, memory_order_acq_rel,
+                                               memory_order_acquire))
+      continue; /* t now holds the current ticket */
+    /* Part (uint32_t)t is ours: the job cannot finish, nor fn and arg change, before it is
+     * done. */
+    pool->fn(pool->arg, (uint32_t)t, pool->nthreads);
+    if (atomic_fetch_sub(&pool->remaining, 1) == 1) {
+      /* The caller may be asleep on `done`: take mu so the signal cannot fall between its
+       * check and its wait. */
+      pthread_mutex_lock(&pool->mu);
+      pthread_cond_signal(&pool->done);
+      pthread_mutex_unlock(&pool->mu);
+    }
+    t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
+  }
+}
+
 static void *worker_main(void *p) {
   worker_t *w = p;
   tpu__pool_t *pool = w->pool;
@@ -100,14 +130,7 @@ static void *worker_main(void *p) {
     }
     if (atomic_load(&pool->stop)) break;
     seen = atomic_load(&pool->generation);
-    pool->fn(pool->arg, w->part, pool->nthreads);
-    if (atomic_fetch_sub(&pool->pending, 1) == 1) {
-      /* The caller may be asleep on `done`: take mu so the signal cannot fall between its
-       * check and its wait. */
-      pthread_mutex_lock(&pool->mu);
-      pthread_cond_signal(&pool->done);
-      pthread_mutex_unlock(&pool->mu);
-    }
+    run_claimed(pool, (uint32_t)seen);
   }
   return NULL;
 }
@@ -144,7 +167,6 @@ tpu_status_t tpu__pool_create(unsigned nthreads, uint64_t spin_ns, tpu__pool_t *
   for (; started < nthreads - 1; started++) {
     worker_t *w = &pool->workers[started];
     w->pool = pool;
-    w->part = started + 1; /* part 0 is the caller's */
     if (pthread_create(&w->tid, NULL, worker_main, w) != 0) goto fail;
   }
   *out = pool;
@@ -178,17 +200,25 @@ int tpu__pool_run(tpu__pool_t *pool, tpu__pool_fn fn, void *arg) {
   if (pthread_mutex_trylock(&pool->run_lock) != 0) return 0;
   pool->fn = fn;
   pool->arg = arg;
-  atomic_store(&pool->pending, pool->nthreads - 1);
-  atomic_store_explicit(&pool->rest, 0, memory_order_relaxed); /* published by the bump below */
+  /* Only the holder of run_lock bumps the generation, so the next one is known here. Part 0
+   * is the caller's; parts 1.. go to whichever thread claims them first, so a worker the
+   * scheduler has not run yet (on 2 vCPUs the I/O thread may hold its core) costs a wait on
+   * no one: the caller claims its part itself. */
+  uint64_t gen = atomic_load_explicit(&pool->generation, memory_order_relaxed) + 1;
+  atomic_store(&pool->remaining, pool->nthreads);
+  atomic_store_explicit(&pool->rest, 0, memory_order_relaxed);
+  atomic_store_explicit(&pool->ticket, (uint64_t)(uint32_t)gen << 32 | 1u, memory_order_release);
   pthread_mutex_lock(&pool->mu);
-  atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release); /* publishes fn, arg */
+  atomic_store_explicit(&pool->generation, gen, memory_order_release); /* publishes fn, arg */
   pthread_cond_broadcast(&pool->wake); /* no system call when every worker is spinning */
   pthread_mutex_unlock(&pool->mu);
 
   fn(arg, 0, pool->nthreads);
+  atomic_fetch_sub(&pool->remaining, 1);
+  run_claimed(pool, (uint32_t)gen);
 
   uint64_t until = 0;
-  for (unsigned i = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) != 0; i++) {
+  for (unsigned i = 0; atomic_load_explicit(&pool->remaining, memory_order_acquire) != 0; i++) {
     if ((i & 63) == 0) {
       uint64_t t = now_ns();
       if (!until) until = t + pool->spin_ns;
@@ -196,9 +226,9 @@ int tpu__pool_run(tpu__pool_t *pool, tpu__pool_fn fn, void *arg) {
     }
     cpu_relax();
   }
-  if (atomic_load(&pool->pending) != 0) {
+  if (atomic_load(&pool->remaining) != 0) {
     pthread_mutex_lock(&pool->mu);
-    while (atomic_load(&pool->pending) != 0) pthread_cond_wait(&pool->done, &pool->mu);
+    while (atomic_load(&pool->remaining) != 0) pthread_cond_wait(&pool->done, &pool->mu);
     pthread_mutex_unlock(&pool->mu);
   }
   pthread_mutex_unlock(&pool->run_lock);
