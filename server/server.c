@@ -305,6 +305,8 @@ int tpu_server_create(const tpu_config_t *cfg, tpu_engine_t *engine, tpu_server_
   }
   srv->cfg = *cfg;
   srv->engine = engine;
+  tpu_engine_stats_t es;
+  srv->kernels = tpu_engine_stats(engine, &es) == TPU_OK && es.isa ? es.isa : "unknown";
   srv->http_fd = -1;
   /* Before anything is opened: the count of descriptors open now is part of the reserve. */
   if (fit_descriptors(srv, err, errlen) != 0 || fit_buffered(srv, err, errlen) != 0) {

@@ -69,6 +69,7 @@ typedef struct tpu__model {
 struct tpu_server {
   tpu_config_t cfg;
   tpu_engine_t *engine;
+  const char *kernels; /* the engine's kernel set ("avx512", ...), for audit records */
   /* The model table is the repository's (repository.h): take a consistent view with
    * tpu__models_acquire/tpu__models_release, or route with tpu__server_find_model. */
   struct tpu__repo *repo;

@@ -60,7 +60,10 @@
 #define BATCH_MAX 4096       /* records per write(2) */
 #define TAIL_WINDOW (8u << 20) /* bytes read back at open to find the last record */
 
-enum { F_KIND, F_ID, F_CLIENT, F_MODEL, F_VERSION, F_IN, F_OUT, F_STATUS, F_MESSAGE, F_COUNT };
+enum {
+  F_KIND, F_ID, F_CLIENT, F_MODEL, F_VERSION, F_IN, F_OUT, F_STATUS, F_MESSAGE,
+  F_CHECKPOINT, F_REFERENCE, F_KERNELS, F_PRECISION, F_COUNT
+};
 
 typedef struct tpu__audit_node {
   struct tpu__audit_node *next;
@@ -414,8 +417,19 @@ static uint64_t emit(tpu_audit_t *a, tpu_buf_t *b, const tpu_audit_record_t *r) 
   }
   snprintf(num, sizeof num,
            ",\"queue_us\":%" PRIu64 ",\"compute_us\":%" PRIu64 ",\"batch_id\":%" PRIu64
-           ",\"bucket\":%" PRIu64 ",\"prev\":\"%s\"",
-           r->queue_us, r->compute_us, r->batch_id, r->bucket, a->last_hash);
+           ",\"bucket\":%" PRIu64,
+           r->queue_us, r->compute_us, r->batch_id, r->bucket);
+  tpu_buf_adds(b, num);
+  static const char *const pin_keys[] = {"checkpoint_sha256", "reference", "kernels",
+                                         "precision"};
+  const char *pins[] = {r->checkpoint_sha256, r->reference, r->kernels, r->precision};
+  for (int i = 0; i < 4; i++) {
+    tpu_buf_add(b, ",\"", 2);
+    tpu_buf_adds(b, pin_keys[i]);
+    tpu_buf_add(b, "\":", 2);
+    buf_json_str(b, pins[i]);
+  }
+  snprintf(num, sizeof num, ",\"prev\":\"%s\"", a->last_hash);
   tpu_buf_adds(b, num);
   tpu_buf_add(b, "}", 1); /* canonical bytes = b[start, len) */
   if (b->oom) return seq; /* cut short: commit() takes the batch back (unwind) */
@@ -1275,9 +1289,11 @@ static size_t cut_len(const char *s, size_t max) {
 }
 
 static node_t *make_node(const tpu_audit_record_t *rec, tpu_audit_done_fn done, void *arg) {
-  const char *src[F_COUNT] = {rec->kind, rec->request_id, rec->client, rec->model,
-                              rec->version, rec->input_sha256, rec->output_sha256, rec->status,
-                              rec->message};
+  const char *src[F_COUNT] = {rec->kind,   rec->request_id, rec->client,
+                              rec->model,  rec->version,    rec->input_sha256,
+                              rec->output_sha256, rec->status, rec->message,
+                              rec->checkpoint_sha256, rec->reference, rec->kernels,
+                              rec->precision};
   size_t len[F_COUNT], total = 0;
   for (int i = 0; i < F_COUNT; i++) {
     len[i] = cut_len(src[i], i == F_MESSAGE ? MESSAGE_MAX : STR_MAX);
@@ -1294,7 +1310,8 @@ static node_t *make_node(const tpu_audit_record_t *rec, tpu_audit_done_fn done, 
   n->rec = *rec;
   const char **dst[F_COUNT] = {&n->rec.kind, &n->rec.request_id, &n->rec.client, &n->rec.model,
                                &n->rec.version, &n->rec.input_sha256, &n->rec.output_sha256,
-                               &n->rec.status, &n->rec.message};
+                               &n->rec.status, &n->rec.message, &n->rec.checkpoint_sha256,
+                               &n->rec.reference, &n->rec.kernels, &n->rec.precision};
   char *p = n->data;
   for (int i = 0; i < F_COUNT; i++) {
     memcpy(p, src[i] ? src[i] : "", len[i]);

@@ -26,11 +26,16 @@
  *   {"seq":42,"time":"2024-05-06T07:08:09.123456Z","kind":"request","request_id":"r-1",
  *    "client":"CN=teller-7","model":"digits","version":"3","input_sha256":"<hex>",
  *    "output_sha256":"<hex>","status":"OK","message":"","queue_us":120,"compute_us":830,
- *    "batch_id":9001,"bucket":8,"prev":"<64 hex>","hash":"<64 hex>"}
+ *    "batch_id":9001,"bucket":8,"checkpoint_sha256":"<hex>","reference":"passed: ...",
+ *    "kernels":"avx512","precision":"fp32","prev":"<64 hex>","hash":"<64 hex>"}
  * seq counts from 1 and continues across restarts and files; time is when the writer ordered
  * the record (RFC 3339, UTC, microseconds; non-decreasing with seq unless the clock steps);
  * kind is one of TPU_AUDIT_KIND_*; strings the caller leaves NULL are written as "" and
  * numbers it leaves 0 as 0. Strings are JSON-escaped; bytes that are not UTF-8 become U+FFFD.
+ * checkpoint_sha256, reference, kernels and precision pin the conditions a request's answer
+ * was computed under (the version's checkpoint, its reference check, the engine's kernel set,
+ * the precision): they are "" in other records. Logs written before they existed (records that
+ * end with "bucket" before "prev") verify as they are: the chain covers the bytes, not a schema.
  *
  * CANONICAL BYTES AND HASH (what a third-party verifier recomputes; see
  * tests/integration/audit_verify.py)
@@ -180,6 +185,11 @@ typedef struct {
   uint64_t compute_us;       /* microseconds of compute */
   uint64_t batch_id;         /* the batch the request ran in; 0 = none */
   uint64_t bucket;           /* the batch size bucket; 0 = none */
+  /* What a replay must match to recompute the answer bit for bit (request records): */
+  const char *checkpoint_sha256; /* the model version's verified checkpoint digest (hex) */
+  const char *reference;     /* the version's reference-check result at load ("" = none) */
+  const char *kernels;       /* the engine's kernel set ("avx512", "amx", "ref", ...) */
+  const char *precision;     /* the products' precision: "fp32", "bf16", "int8" */
 } tpu_audit_record_t;
 
 /* Completion callback: runs on the writer thread, so it must be quick and must not block or

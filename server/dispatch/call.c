@@ -146,7 +146,8 @@ void tpu__call_finish(tpu__call_t *call) {
   memset(&d, 0, sizeof d);
   tpu_audit_record_t rec = {.client = call->client, .status = tpu_code_name(call->code),
                             .message = call->code != TPU_CODE_OK ? call->msg_text : NULL,
-                            .input_sha256 = d.in_hex, .output_sha256 = d.out_hex};
+                            .input_sha256 = d.in_hex, .output_sha256 = d.out_hex,
+                            .kernels = call->srv->kernels};
   call->method->digest(call, &rec, &d);
   if (!rec.version) rec.version = d.version;
   tpu__audit_record(call->srv, &rec, &call->audit);

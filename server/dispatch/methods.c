@@ -925,6 +925,11 @@ static void digest_rows(const unsigned char *base, size_t rows, size_t stride,
   hex[64] = '\0';
 }
 
+/* model.json's spelling of a precision, for the audit record. */
+static const char *precision_name(tpu_dtype_t t) {
+  return t == TPU_DTYPE_BF16 ? "bf16" : t == TPU_DTYPE_INT8 ? "int8" : "fp32";
+}
+
 static void digest_infer(tpu__call_t *call, tpu_audit_record_t *rec, tpu__digest_t *d) {
   tpu__model_t *m = call->model;
   Inference__ModelInferRequest *q = (Inference__ModelInferRequest *)call->request;
@@ -938,6 +943,11 @@ static void digest_infer(tpu__call_t *call, tpu_audit_record_t *rec, tpu__digest
   rec->compute_us = b->compute_us;
   rec->batch_id = b->batch_id;
   rec->bucket = b->bucket;
+  /* The conditions a replay must meet (issue 21): the verified checkpoint, the reference
+   * check it passed at load, the precision (the kernel set is the server's: call.c). */
+  rec->checkpoint_sha256 = tpu_model_sha256(m->model);
+  rec->reference = tpu_model_reference_result(m->model);
+  rec->precision = precision_name(tpu_model_precision(m->model));
 }
 
 static size_t answer_size_infer(const tpu__call_t *call) {
@@ -1074,6 +1084,7 @@ static void digest_matmul(tpu__call_t *call, tpu_audit_record_t *rec, tpu__diges
   }
   if (call->code == TPU_CODE_OK && j->c) tpu_audit_sha256_hex(j->c, j->m * j->n * 4, d->out_hex);
   rec->compute_us = j->compute_us;
+  rec->precision = precision_name(j->dtype);
   if (call->code == TPU_CODE_OK) {
     snprintf(d->what, sizeof d->what, "matmul %zux%zux%zu", j->m, j->k, j->n);
     rec->message = d->what;

@@ -95,6 +95,8 @@ done
   fail "tpubench native"
 "$BENCH" --addr 127.0.0.1:$HPORT --protocol http -c 4 -n 200 --warmup 0 >/dev/null ||
   fail "tpubench http"
+curl -s "$URL/v2/debug/engine" | $PY -c 'import json, sys; print(json.load(sys.stdin)["isa"])' \
+  >"$WORK/isa"
 curl -s "$URL/metrics" >"$WORK/metrics"
 for m in tpud_audit_records_written_total tpud_audit_records_lost_total tpud_audit_bytes_total \
   tpud_audit_fsyncs_total tpud_audit_failed; do
@@ -103,7 +105,7 @@ done
 grep -q "^tpud_audit_failed 0$" "$WORK/metrics" || fail "tpud_audit_failed is not 0"
 stop
 
-$PY - "$A/audit.log" <<'EOF' || fail "record fields"
+$PY - "$A/audit.log" "$SRC" "$WORK/isa" <<'EOF' || fail "record fields"
 import hashlib, json, re, struct, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 kinds = [r["kind"] for r in recs]
@@ -112,6 +114,9 @@ assert [r["seq"] for r in recs] == list(range(1, len(recs) + 1))
 load = next(r for r in recs if r["kind"] == "load")
 assert load["model"] == "digits" and load["version"] == "1", load
 by_id = {r["request_id"]: r for r in recs if r["kind"] == "request" and r["request_id"]}
+ckpt = json.load(open(sys.argv[2] + "/models/digits/1/model.json"))["checkpoint"]["sha256"]
+isa = open(sys.argv[3]).read().strip()
+assert all(r["kernels"] == "" and r["checkpoint_sha256"] == "" for r in recs if r["kind"] != "request")
 hexre = re.compile("^[0-9a-f]{64}$")
 for proto in "hn":
     for i in (1, 2, 3):
@@ -122,6 +127,9 @@ for proto in "hn":
         assert r["input_sha256"] == want, (r, want)
         assert hexre.match(r["output_sha256"]) and r["batch_id"] > 0 and r["bucket"] >= 1, r
         assert r["compute_us"] > 0, r
+        # the conditions a replay must meet: checkpoint, reference check, kernels, precision
+        assert r["checkpoint_sha256"] == ckpt and r["reference"] == "" and r["precision"] == "fp32", r
+        assert r["kernels"] == isa, (r, isa)
     # the same input over both protocols: the same digests
 for i in (1, 2, 3):
     assert by_id[f"h-{i}"]["output_sha256"] == by_id[f"n-{i}"]["output_sha256"]

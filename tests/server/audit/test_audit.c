@@ -162,7 +162,9 @@ static void test_format_and_chain(void) {
                           .model = "digits", .version = "3", .input_sha256 = in,
                           .output_sha256 = out, .status = tpu_code_name(0),
                           .message = "tab\there \xe2\x82\xac", .queue_us = 120,
-                          .compute_us = 830, .batch_id = 9001, .bucket = 8};
+                          .compute_us = 830, .batch_id = 9001, .bucket = 8,
+                          .checkpoint_sha256 = in, .reference = "passed: 10 rows",
+                          .kernels = "avx512", .precision = "bf16"};
   CU_ASSERT_EQUAL(tpu_audit_submit(a, &r, NULL, NULL), 0);
   tpu_audit_record_t ev = {.kind = TPU_AUDIT_KIND_LOAD, .model = "digits", .version = "3",
                            .status = "OK", .message = "loaded"};
@@ -208,11 +210,29 @@ static void test_format_and_chain(void) {
   json_t **v = load_lines(logp, &n);
   CU_ASSERT_EQUAL_FATAL(n, 50);
   CU_ASSERT_PTR_NOT_NULL_FATAL(v[0]);
-  const char *order[] = {"seq", "time", "kind", "request_id", "client", "model", "version",
-                         "input_sha256", "output_sha256", "status", "message", "queue_us",
-                         "compute_us", "batch_id", "bucket", "prev", "hash"};
-  CU_ASSERT_EQUAL(json_object_size(v[0]), 17);
-  for (size_t i = 0; i < 17; i++) CU_ASSERT_PTR_NOT_NULL(json_object_get(v[0], order[i]));
+  const char *order[] = {"seq",          "time",         "kind",      "request_id", "client",
+                         "model",        "version",      "input_sha256", "output_sha256",
+                         "status",       "message",      "queue_us",  "compute_us", "batch_id",
+                         "bucket",       "checkpoint_sha256", "reference", "kernels",
+                         "precision",    "prev",         "hash"};
+  CU_ASSERT_EQUAL(json_object_size(v[0]), 21);
+  for (size_t i = 0; i < 21; i++) CU_ASSERT_PTR_NOT_NULL(json_object_get(v[0], order[i]));
+  /* ... in that order, in the bytes (what the hash covers). */
+  s = slurp(logp, &len);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  const char *at = s;
+  for (size_t i = 0; i < 21; i++) {
+    char key[40];
+    snprintf(key, sizeof key, "\"%s\":", order[i]);
+    const char *f = strstr(at, key);
+    CU_ASSERT(f != NULL && f < strchr(s, '\n'));
+    if (f) at = f;
+  }
+  free(s);
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(v[0], "checkpoint_sha256")), in);
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(v[0], "reference")), "passed: 10 rows");
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(v[0], "kernels")), "avx512");
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(v[0], "precision")), "bf16");
   CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(v[0], "kind")), "request");
   CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(v[0], "request_id")), "req \"1\"\n");
   /* Invalid UTF-8 becomes U+FFFD; valid multi-byte text is kept. */
@@ -227,6 +247,7 @@ static void test_format_and_chain(void) {
   CU_ASSERT(t && strlen(t) == 27 && t[10] == 'T' && t[19] == '.' && t[26] == 'Z');
   CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(v[1], "kind")), "load");
   CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(v[1], "input_sha256")), "");
+  CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(v[1], "kernels")), "");
   for (size_t i = 1; i < n; i++) /* time never goes backwards with seq */
     CU_ASSERT(strcmp(json_string_value(json_object_get(v[i - 1], "time")),
                      json_string_value(json_object_get(v[i], "time"))) <= 0);
