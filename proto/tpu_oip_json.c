@@ -866,6 +866,11 @@ tpu_oip_json_status_t tpu_oip_json_infer_request_from_json(const json_t *root,
 typedef struct {
   const char *p, *end;
   int depth, max_depth;
+  /* A binary-tensor request's section after the JSON header (NULL: none), and how much of it
+   * the inputs so far took: an input with parameters.binary_data_size and no "data" takes the
+   * next count x 4 bytes, as the jansson path's decode_binary does. */
+  const uint8_t *bin;
+  size_t bin_len, bin_off;
 } fp_t;
 
 static void fp_ws(fp_t *f) {
@@ -1142,8 +1147,35 @@ static int fp_input(fp_t *f, Inference__ModelInferRequest *req, size_t text_len)
         return 0;
     }
   } while (fp_eat(f, ','));
-  if (!fp_eat(f, '}') || (seen & 15u) != 15u) return 0;
+  if (!fp_eat(f, '}') || (seen & 7u) != 7u) return 0;
   f->depth--;
+  /* Its size in the binary section: as decode_binary, for the one case this path takes (FP32,
+   * an integer size of exactly count x 4 bytes, no "data"); everything else is declined and
+   * the jansson path says what is wrong. */
+  int64_t bsize = -1;
+  for (size_t i = 0; i < x->n_parameters; i++)
+    if (strcmp(x->parameters[i]->key, "binary_data_size") == 0) {
+      const Inference__InferParameter *v = x->parameters[i]->value;
+      if (!f->bin) break; /* no section: "data" is used, or the jansson path complains */
+      if (!v || v->parameter_choice_case !=
+                    INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM ||
+          (seen & 8u))
+        return 0;
+      bsize = v->int64_param;
+    }
+  if (bsize >= 0) {
+    if (count > SIZE_MAX / 4 || (uint64_t)bsize != (uint64_t)count * 4 ||
+        (size_t)bsize > f->bin_len - f->bin_off)
+      return 0;
+    uint8_t *dst = bsize ? malloc((size_t)bsize) : NULL;
+    if (bsize && !dst) return 0;
+    if (bsize) memcpy(dst, f->bin + f->bin_off, (size_t)bsize);
+    req->raw_input_contents[idx].data = dst; /* owned by the message from here */
+    req->raw_input_contents[idx].len = (size_t)bsize;
+    f->bin_off += (size_t)bsize;
+  } else if (!(seen & 8u)) {
+    return 0;
+  }
   if (rank) {
     x->shape = malloc(rank * sizeof *x->shape);
     if (!x->shape) return 0;
@@ -1199,13 +1231,15 @@ static int fp_grow(void **arr, size_t n, size_t *cap, size_t elem) {
 
 int tpu__oip_json_infer_fast(const char *text, size_t len, const char *model_name,
                              const char *model_version, const tpu_oip_json_limits_t *limits,
+                             const uint8_t *bin, size_t bin_len,
                              Inference__ModelInferRequest **out) {
   *out = NULL;
   size_t max_bytes = limits && limits->max_bytes ? limits->max_bytes
                                                  : TPU_OIP_JSON_DEFAULT_MAX_BYTES;
   if (!text || len > max_bytes) return 0;
   fp_t f = {text, text + len, 0,
-            limits && limits->max_depth > 0 ? limits->max_depth : TPU_OIP_JSON_DEFAULT_MAX_DEPTH};
+            limits && limits->max_depth > 0 ? limits->max_depth : TPU_OIP_JSON_DEFAULT_MAX_DEPTH,
+            bin, bin ? bin_len : 0, 0};
   Inference__ModelInferRequest *req = malloc(sizeof *req);
   if (!req) return 0;
   inference__model_infer_request__init(req);
@@ -1260,7 +1294,7 @@ int tpu__oip_json_infer_fast(const char *text, size_t len, const char *model_nam
   } while (fp_eat(&f, ','));
   if (!fp_eat(&f, '}') || !(seen & 4u)) goto decline;
   fp_ws(&f);
-  if (f.p != f.end) goto decline;
+  if (f.p != f.end || f.bin_off != f.bin_len) goto decline; /* binary bytes left over */
   *out = req;
   return 1;
 decline:
@@ -1278,7 +1312,7 @@ tpu_oip_json_status_t tpu_oip_json_infer_request_parse(const char *text, size_t 
                                                        char *err, size_t errlen) {
   if (!out) return fail(err, errlen, TPU_OIP_JSON_INVALID, "no output pointer");
   *out = NULL;
-  if (tpu__oip_json_infer_fast(text, len, model_name, model_version, limits, out))
+  if (tpu__oip_json_infer_fast(text, len, model_name, model_version, limits, NULL, 0, out))
     return TPU_OIP_JSON_OK;
   json_t *root;
   tpu_oip_json_status_t st = tpu_oip_json_load(text, len, limits, &root, err, errlen);
@@ -1298,11 +1332,29 @@ tpu_oip_json_status_t tpu_oip_json_infer_request_parse_binary(
     return fail(err, errlen, TPU_OIP_JSON_INVALID,
                 "Inference-Header-Content-Length: %zu bytes, but the body has only %zu", json_len,
                 len);
+  /* A non-NULL section pointer even when it is empty: the header was sent. */
+  static const uint8_t none[1];
+  if (tpu__oip_json_infer_fast(body, json_len, model_name, model_version, limits,
+                               len > json_len ? (const uint8_t *)body + json_len : none,
+                               len - json_len, out))
+    return TPU_OIP_JSON_OK;
+  return tpu__oip_json_infer_binary_jansson(body, len, json_len, model_name, model_version,
+                                            limits, out, err, errlen);
+}
+
+tpu_oip_json_status_t tpu__oip_json_infer_binary_jansson(
+    const char *body, size_t len, size_t json_len, const char *model_name,
+    const char *model_version, const tpu_oip_json_limits_t *limits,
+    Inference__ModelInferRequest **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (json_len > len)
+    return fail(err, errlen, TPU_OIP_JSON_INVALID,
+                "Inference-Header-Content-Length: %zu bytes, but the body has only %zu", json_len,
+                len);
+  static const uint8_t none[1];
   json_t *root;
   tpu_oip_json_status_t st = tpu_oip_json_load(body, json_len, limits, &root, err, errlen);
   if (st != TPU_OIP_JSON_OK) return st;
-  /* A non-NULL section pointer even when it is empty: the header was sent. */
-  static const uint8_t none[1];
   ectx_t e = {err, errlen, len > json_len ? (const uint8_t *)body + json_len : none,
               len - json_len, 0};
   st = request_from_json(&e, root, model_name, model_version, out);

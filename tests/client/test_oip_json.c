@@ -808,7 +808,7 @@ static void test_fast_path_equals_jansson(void) {
     size_t len;
     char *body = rand_fast_body(&len);
     Inference__ModelInferRequest *fast = NULL, *slow = NULL;
-    int took = tpu__oip_json_infer_fast(body, len, "m", "2", NULL, &fast);
+    int took = tpu__oip_json_infer_fast(body, len, "m", "2", NULL, NULL, 0, &fast);
     tpu_oip_json_status_t st = parse_slow(body, len, NULL, &slow);
     if (!took || st != TPU_OIP_JSON_OK || !same_message(fast, slow))
       printf("\n  body: %s\n  fast %d, jansson %s: %s\n", body, took, tpu_oip_json_strerror(st),
@@ -833,11 +833,85 @@ static void test_fast_path_equals_jansson(void) {
   for (size_t i = 0; i < sizeof declined / sizeof declined[0]; i++) {
     Inference__ModelInferRequest *fast = NULL, *req = NULL;
     CU_ASSERT_FALSE(tpu__oip_json_infer_fast(declined[i], strlen(declined[i]), "m", "2", NULL,
-                                             &fast));
+                                             NULL, 0, &fast));
     CU_ASSERT_PTR_NULL(fast);
     tpu_oip_json_status_t st = parse(declined[i], &req);
     CU_ASSERT_EQUAL(st, i == 4 ? TPU_OIP_JSON_SYNTAX : TPU_OIP_JSON_OK);
     if (req) inference__model_infer_request__free_unpacked(req, NULL);
+  }
+}
+
+/* Binary-tensor requests (a JSON header, then the tensors' bytes): the fast path builds what
+ * the jansson path builds, bytes included (NaN and infinities too: raw FP32 is not text), and
+ * declines what it must leave to jansson's messages; mutated headers agree or decline. */
+static void test_fast_path_binary(void) {
+  for (int iter = 0; iter < 1500; iter++) {
+    tbuf_t b = {0};
+    unsigned char bin[4 * 64 * 3];
+    size_t binlen = 0;
+    tb_printf(&b, "{%s\"inputs\":[", tpu_test_rand() % 2 ? "\"id\":\"r\"," : "");
+    int nin = (int)tpu_test_rand_range(1, 3);
+    for (int i = 0; i < nin; i++) {
+      size_t rows = (size_t)tpu_test_rand_range(0, 4), w = (size_t)tpu_test_rand_range(1, 16);
+      tb_printf(&b, "%s{\"name\":\"in%d\",\"shape\":[%zu,%zu],\"datatype\":\"FP32\","
+                "\"parameters\":{%s\"binary_data_size\":%zu}}",
+                i ? "," : "", i, rows, w, tpu_test_rand() % 3 ? "" : "\"p\":1,", rows * w * 4);
+      for (size_t k = 0; k < rows * w * 4; k++) bin[binlen++] = (unsigned char)tpu_test_rand();
+    }
+    tb_printf(&b, "]%s}", tpu_test_rand() % 3 ? ""
+                          : ",\"outputs\":[{\"name\":\"y\",\"parameters\":{\"binary_data\":true}}]");
+    size_t hlen = b.len;
+    /* Now and then a mutation of the header (agree or decline), or of the section's length. */
+    int mutate = tpu_test_rand() % 4 == 0;
+    if (mutate && hlen) b.p[tpu_test_rand() % hlen] = "{}[]\":,0159-e "[tpu_test_rand() % 15];
+    size_t blen = binlen;
+    if (tpu_test_rand() % 8 == 0) blen = binlen ? binlen - 1 : 1; /* short, or bytes left over */
+    char *body = malloc(hlen + blen + 1);
+    memcpy(body, b.p, hlen);
+    memcpy(body + hlen, bin, blen);
+    Inference__ModelInferRequest *fast = NULL, *slow = NULL;
+    int took = tpu__oip_json_infer_fast(body, hlen, "m", "2", NULL,
+                                        (const uint8_t *)body + hlen, blen, &fast);
+    tpu_oip_json_status_t st =
+        tpu__oip_json_infer_binary_jansson(body, hlen + blen, hlen, "m", "2", NULL, &slow, err,
+                                           sizeof err);
+    if (took && (st != TPU_OIP_JSON_OK || !same_message(fast, slow)))
+      printf("\n  header: %.*s (%zu binary bytes)\n  fast took it; jansson %s: %s\n", (int)hlen,
+             b.p, blen, tpu_oip_json_strerror(st), err);
+    if (took) {
+      TPU_ASSERT_SEED(st == TPU_OIP_JSON_OK);
+      if (slow) TPU_ASSERT_SEED(same_message(fast, slow));
+    } else {
+      TPU_ASSERT_SEED(fast == NULL);
+      if (!mutate && blen == binlen) TPU_ASSERT_SEED(0); /* a plain request it should take */
+    }
+    /* And the public entry point gives the jansson path's answer whichever path ran. */
+    Inference__ModelInferRequest *pub = NULL;
+    tpu_oip_json_status_t pst = tpu_oip_json_infer_request_parse_binary(
+        body, hlen + blen, hlen, "m", "2", NULL, &pub, err, sizeof err);
+    TPU_ASSERT_SEED(pst == st);
+    if (pub && slow) TPU_ASSERT_SEED(same_message(pub, slow));
+    if (pub) inference__model_infer_request__free_unpacked(pub, NULL);
+    if (fast) inference__model_infer_request__free_unpacked(fast, NULL);
+    if (slow) inference__model_infer_request__free_unpacked(slow, NULL);
+    free(body);
+    free(b.p);
+  }
+  /* Left to jansson: both "data" and a size, a size that is not count x 4, a real size. */
+  static const char *declined[] = {
+      "{\"inputs\":[{\"name\":\"x\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1],"
+      "\"parameters\":{\"binary_data_size\":4}}]}",
+      "{\"inputs\":[{\"name\":\"x\",\"shape\":[2],\"datatype\":\"FP32\","
+      "\"parameters\":{\"binary_data_size\":4}}]}",
+      "{\"inputs\":[{\"name\":\"x\",\"shape\":[1],\"datatype\":\"FP32\","
+      "\"parameters\":{\"binary_data_size\":4.0}}]}",
+  };
+  static const uint8_t four[8] = {0, 0, 128, 63, 0, 0, 0, 64};
+  for (size_t i = 0; i < sizeof declined / sizeof declined[0]; i++) {
+    Inference__ModelInferRequest *fast = NULL;
+    CU_ASSERT_FALSE(tpu__oip_json_infer_fast(declined[i], strlen(declined[i]), "m", "2", NULL,
+                                             four, 4, &fast));
+    CU_ASSERT_PTR_NULL(fast);
   }
 }
 
@@ -867,7 +941,7 @@ static void test_fast_path_mutations(void) {
     char *text = malloc(len ? len : 1);
     memcpy(text, body, len);
     Inference__ModelInferRequest *fast = NULL, *slow = NULL;
-    int took = tpu__oip_json_infer_fast(text, len, "m", "2", NULL, &fast);
+    int took = tpu__oip_json_infer_fast(text, len, "m", "2", NULL, NULL, 0, &fast);
     tpu_oip_json_status_t st = parse_slow(text, len, NULL, &slow);
     if (took) {
       if (st != TPU_OIP_JSON_OK || !same_message(fast, slow))
@@ -1290,6 +1364,7 @@ TPU_TEST_SUITE(oip_json,
                {"tensor decode and format (matmul)", test_tensor_decode_format},
                {"fast path builds what the jansson path builds", test_fast_path_equals_jansson},
                {"fast path on mutated bodies: agrees or declines", test_fast_path_mutations},
+               {"fast path on binary-tensor requests", test_fast_path_binary},
                {"zero_dim_nested_null_offset (fuzz regression)", test_zero_dim_nested_null_offset},
                {"binary tensors: request inputs from the binary section", test_binary_request},
                {"binary tensors: request sizes checked, errors name the input",
