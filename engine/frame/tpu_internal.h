@@ -27,8 +27,11 @@
 #define TPU__MAX_THREADS 256u
 #define TPU__MAX_SYSTOLIC 65536u /* R or C of the modelled array */
 /* Plans with fewer multiply-accumulates run on the calling thread alone: waking the pool costs
- * more than it saves. */
-#define TPU__PAR_MIN_MACS ((uint64_t)1 << 18)
+ * more than it saves. 2^21 MACs is ~20-40 µs of one core's work, about what waking a sleeping
+ * worker costs on a paravirtualized 2-vCPU VM with the I/O thread on the other core; at 2^18
+ * tpud's HTTP path on the digits model (batches of 64 rows, 262k MACs, in parallel) took 27.6
+ * µs of CPU a request instead of 19.6 (bench/server_vs_peer.sh, 64 connections). */
+#define TPU__PAR_MIN_MACS ((uint64_t)1 << 21)
 
 /* ---- thread pool (pool.c) ---- */
 

@@ -537,7 +537,7 @@ static void run_all_dtypes(tpu_engine_t *e, size_t m, size_t k, size_t n, const 
 
 /* Splitting a plan over threads (rows for tall A, columns for a single row) changes no bit. */
 static void test_threads_bitwise(void) {
-  static const size_t shapes[][3] = {{64, 256, 300}, {1, 700, 517}, {5, 300, 301}};
+  static const size_t shapes[][3] = {{64, 256, 300}, {1, 2100, 1017}, {5, 700, 701}};
   for (size_t s = 0; s < 3; s++) {
     size_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
     CU_ASSERT((uint64_t)m * k * n >= TPU__PAR_MIN_MACS); /* else this tests nothing */
@@ -585,7 +585,8 @@ static void *runner_main(void *arg) {
 /* Two threads run two plans on one multi-threaded engine at once: one gets the pool, the other
  * computes alone; both stay correct and the statistics count every call. */
 static void test_concurrent_plans(void) {
-  size_t m = 32, k = 128, n = 96; /* 393k MACs: above the parallel threshold */
+  size_t m = 64, k = 256, n = 128; /* 2.1M MACs: above the parallel threshold */
+  CU_ASSERT((uint64_t)m * k * n >= TPU__PAR_MIN_MACS);
   float *a = xmalloc(m * k * 4), *w = xmalloc(k * n * 4), *want = xmalloc(m * n * 4);
   float *c[2] = {xmalloc(m * n * 4), xmalloc(m * n * 4)};
   fill_floats(a, m * k, -1, 1);
