@@ -562,6 +562,104 @@ static void test_threads_bitwise(void) {
   }
 }
 
+/* ---- batch invariance (issue 21): a row's output bytes do not depend on its batch ---- */
+
+/* One plan of `m` rows of `pw` with epilogue `ep` over FP32 input `a`; returns the output
+ * (FP32, BF16 or INT8 bytes, `es` bytes an element) in `c`. */
+static void run_rows(tpu_engine_t *e, const tpu_weights_t *pw, const tpu_epilogue_t *ep, size_t m,
+                     const float *a, void *c) {
+  tpu_plan_t *p = NULL;
+  TPU_ASSERT_SEED(tpu_plan_create(e, pw, m, TPU_DTYPE_FP32, ep, &p) == TPU_OK);
+  if (p) TPU_ASSERT_SEED(tpu_plan_run(p, a, NULL, c) == TPU_OK);
+  tpu_plan_free(p);
+}
+
+/* For one kernel set, dtype, shape and epilogue: every row of a pool computed alone (a 1-row
+ * plan) gives the same output bytes as in batches of every size in `ms`, at every position,
+ * beside random other rows of the pool, on `e1` (1 thread) and `e2` (2 threads). */
+static size_t check_invariant(tpu_engine_t *e1, tpu_engine_t *e2, tpu_dtype_t compute, size_t k,
+                              size_t n, tpu_act_t act, tpu_dtype_t out_dtype, const size_t *ms,
+                              size_t nms) {
+  enum { POOL = 12 };
+  size_t es = tpu_dtype_size(out_dtype), mmax = 0, bad = 0;
+  for (size_t t = 0; t < nms; t++) mmax = ms[t] > mmax ? ms[t] : mmax;
+  float *w = xmalloc(k * n * 4), *bias = xmalloc(n * 4), *pool = xmalloc(POOL * k * 4);
+  float *a = xmalloc(mmax * k * 4);
+  char *alone = xmalloc(POOL * n * es), *c = xmalloc(mmax * n * es);
+  size_t *pick = xmalloc(mmax * sizeof *pick);
+  fill_floats(w, k * n, -1, 1);
+  fill_floats(bias, n, -1, 1);
+  fill_floats(pool, POOL * k, -2, 2);
+  tpu_weights_desc_t d = {.compute = compute, .k = k, .n = n, .layout = TPU_LAYOUT_NK,
+                          .src_dtype = TPU_DTYPE_FP32, .src = w};
+  tpu_epilogue_t ep = {.bias = bias, .act = act, .out_dtype = out_dtype,
+                       .out_scale = out_dtype == TPU_DTYPE_INT8 ? 0.05f : 0.0f};
+  tpu_weights_t *w1 = NULL, *w2 = NULL;
+  TPU_ASSERT_SEED(tpu_weights_pack(e1, &d, &w1) == TPU_OK);
+  TPU_ASSERT_SEED(tpu_weights_pack(e2, &d, &w2) == TPU_OK);
+  if (!w1 || !w2) goto out;
+  tpu_engine_stats_t st;
+  const char *isa = tpu_engine_stats(e1, &st) == TPU_OK && st.isa ? st.isa : "?";
+  for (size_t r = 0; r < POOL; r++) run_rows(e1, w1, &ep, 1, pool + r * k, alone + r * n * es);
+  for (size_t t = 0; t < nms && !bad; t++) {
+    size_t m = ms[t];
+    for (int threads = 1; threads <= 2; threads++) {
+      for (size_t i = 0; i < m; i++) {
+        pick[i] = (size_t)tpu_test_rand_range(0, POOL - 1);
+        memcpy(a + i * k, pool + pick[i] * k, k * 4);
+      }
+      memset(c, 0xa5, m * n * es);
+      run_rows(threads == 1 ? e1 : e2, threads == 1 ? w1 : w2, &ep, m, a, c);
+      for (size_t i = 0; i < m; i++)
+        if (memcmp(c + i * n * es, alone + pick[i] * n * es, n * es) != 0) {
+          size_t j = 0;
+          while (memcmp(c + (i * n + j) * es, alone + (pick[i] * n + j) * es, es) == 0) j++;
+          if (!bad)
+            printf("\n  %s %s k=%zu n=%zu act=%d out=%s: row %zu of %zu (%d threads) differs "
+                   "from alone at column %zu\n",
+                   isa, tpu_dtype_name(compute), k, n, (int)act, tpu_dtype_name(out_dtype), i, m,
+                   threads, j);
+          bad++;
+        }
+    }
+  }
+out:
+  tpu_weights_free(w1);
+  tpu_weights_free(w2);
+  free(w), free(bias), free(pool), free(a), free(alone), free(c), free(pick);
+  return bad;
+}
+
+/* Every kernel set, compute dtype, epilogue and output dtype; shapes with ragged and tail-panel
+ * widths, and one past the parallel threshold so that 2 threads split it (by rows for tall
+ * batches, by columns for short ones). */
+static void test_batch_invariant(void) {
+  static const size_t ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 31, 32, 33, 64};
+  static const size_t shapes[][2] = {{7, 5}, {33, 100}, {64, 257}, {300, 129}};
+  static const size_t big_ms[] = {1, 2, 3, 8, 9, 64};
+  static const tpu_dtype_t dts[] = {TPU_DTYPE_FP32, TPU_DTYPE_BF16, TPU_DTYPE_INT8};
+  const char *names[MAX_SETS];
+  size_t nsets = kernel_sets(names);
+  for (size_t s = 0; s < nsets; s++) {
+    tpu_engine_t *e1 = make_engine(names[s], 1), *e2 = make_engine(names[s], 2);
+    for (int t = 0; t < 3; t++)
+      for (int act = 0; act < TPU_ACT_COUNT; act++) {
+        tpu_dtype_t out = act % 2 && dts[t] != TPU_DTYPE_FP32 ? dts[t] : TPU_DTYPE_FP32;
+        for (size_t sh = 0; sh < 4; sh++)
+          TPU_ASSERT_SEED(check_invariant(e1, e2, dts[t], shapes[sh][0], shapes[sh][1],
+                                          (tpu_act_t)act, out, ms, 14) == 0);
+      }
+    /* 64 x 1100 x 1030 > TPU__PAR_MIN_MACS: both engines split it at 64 rows (and columns at
+     * 1); 1030 ends in two 32-wide tail panels on avx512. */
+    CU_ASSERT((uint64_t)64 * 1100 * 1030 >= TPU__PAR_MIN_MACS);
+    for (int t = 0; t < 3; t++)
+      TPU_ASSERT_SEED(check_invariant(e1, e2, dts[t], 1100, 1030, TPU_ACT_GELU, TPU_DTYPE_FP32,
+                                      big_ms, 6) == 0);
+    tpu_engine_free(e1);
+    tpu_engine_free(e2);
+  }
+}
+
 typedef struct {
   tpu_plan_t *plan;
   const float *a;
@@ -797,6 +895,7 @@ TPU_TEST_SUITE(engine_plan,
                {"requantize_saturation", test_requantize_saturation},
                {"bias_copied", test_bias_copied},
                {"threads_bitwise", test_threads_bitwise},
+               {"batch_invariant", test_batch_invariant},
                {"concurrent_plans", test_concurrent_plans},
                {"statistics", test_statistics},
                {"create_errors", test_create_errors},

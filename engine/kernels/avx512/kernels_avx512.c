@@ -24,9 +24,11 @@
  *         sum times 128 per packed channel (see below).
  * A block may start inside a panel at a multiple of 16 channels (the frame splits at multiples
  * of 48, which can fall inside a 32-wide tail panel); the kernel then reads from that offset.
- * Blocks of 1 or 2 rows keep 4 or 2 partial sums per accumulator (KU) so that the dependent
- * VPDPBUSD/FMA chains do not limit them; the common epilogues (INT32 out; FP32 out with bias and
- * none/relu) are written inline from the registers, the rest out of line.
+ * Blocks of 1 or 2 rows have too few accumulators to hide the latency of their dependent
+ * VFMADD/VDPBF16PS chains; for FP32 and BF16 they take up to 4 whole panels at once (more
+ * chains, the same order over k), and INT8 (exact in any order) keeps 4 or 2 partial sums per
+ * accumulator (KU) instead. The common epilogues (INT32 out; FP32 out with bias and none/relu)
+ * are written inline from the registers, the rest out of line.
  *
  * INT8: VPDPBUSD multiplies unsigned by signed bytes. A is signed, so the kernel feeds A + 128
  * (a XOR 0x80, exact for every int8 including -128) and subtracts 128·Σ_p w[j][p], computed at
@@ -39,7 +41,10 @@
  * Numerics: FP32 and BF16 accumulate in binary32 in another order than ref (allowed by the
  * contract); VDPBF16PS also treats bf16 denormal inputs as zero (no inputs of that size survive
  * bf16 rounding of any realistic activation, and the tests' tolerances hold). INT8 is bit-exact,
- * epilogue included (epilogue_avx512.h).
+ * epilogue included (epilogue_avx512.h). Batch invariance: every FP32/BF16 element is one chain
+ * over k = 0, 1, ... in order, whatever the block's rows, panels or vectors and wherever the
+ * frame splits the plan, and the epilogue works per element; so a row's output bits do not
+ * depend on M, the rows beside it or the thread count (test_plan's batch_invariant).
  *
  * Blocking: columns in chunks whose packed weights fit half of a 1 MiB L2, then 8-row blocks of
  * A, then the chunk's panels; so W is read from L2 once per row block and A from L3 once per
@@ -55,7 +60,9 @@
 #define NR 48
 #define NV 3                        /* zmm vectors per row of the register block */
 #define TW 32                       /* width of the two tail panels (see tail_col) */
-#define KU_MAX 4                    /* interleaved partial sums of the 1- and 2-row kernels */
+#define KU_MAX 4                    /* interleaved partial sums of the 1- and 2-row INT8 kernels */
+#define NP_MAX 4                    /* panels a block of WIDE_ROWS rows or fewer takes at once */
+#define WIDE_ROWS 2
 #define CHUNK_BYTES ((size_t)512 << 10) /* packed weights per column chunk */
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
@@ -114,10 +121,11 @@ static size_t chunk_cols(size_t bytes_per_col) {
   return (panels ? panels : 1) * NR;
 }
 
-/* Partial sums per accumulator of an mr-row block. A 1-row block has only nv ≤ 3 dependent
- * chains of VPDPBUSD/VFMADD (latency ~4 cycles at 2 per cycle), so it would wait on them instead
- * of on the weight loads; 1- and 2-row blocks keep KU_MAX / mr interleaved sums over k and add
- * them at the end (exact for INT8; a reordering the contract allows for FP32/BF16). */
+/* Partial sums per accumulator of an mr-row INT8 block. A 1-row block has only nv ≤ 3 dependent
+ * chains of VPDPBUSD (latency ~4 cycles at 2 per cycle), so it would wait on them instead of on
+ * the weight loads; 1- and 2-row blocks keep KU_MAX / mr interleaved sums over k and add them at
+ * the end, exact for INT8. (FP32/BF16 must not: a different order would make a row's result
+ * depend on its block's size; they take several panels at once instead, see FOR_BLOCKS.) */
 #define KU(mr) ((mr) == 1 ? 4 : (mr) == 2 ? 2 : 1)
 
 /* Expands one micro-kernel call for the runtime (mr, nv) into a compile-time specialization. */
@@ -148,6 +156,25 @@ static size_t chunk_cols(size_t bytes_per_col) {
   case 8 * 4 + 2: fn(8, 2, __VA_ARGS__); break;                                              \
   case 8 * 4 + 3: fn(8, 3, __VA_ARGS__); break;                                              \
   default: break; /* unreachable: 1 <= mr <= MR, 1 <= nv <= NV */                            \
+  }
+
+/* The same for blocks of mr <= WIDE_ROWS rows over np = 2..NP_MAX whole panels of nv vectors
+ * (nv = 3 for 48-wide panels, 2 for the 32-wide tail pair). */
+#define TPU__DISPATCH_WIDE(fn, mr, np, nv, ...)                                            \
+  switch ((mr) * 16 + (np) * 4 + (nv)) {                                                  \
+  case 1 * 16 + 2 * 4 + 2: fn(1, 2, 2, __VA_ARGS__); break;                                \
+  case 1 * 16 + 2 * 4 + 3: fn(1, 2, 3, __VA_ARGS__); break;                                \
+  case 1 * 16 + 3 * 4 + 2: fn(1, 3, 2, __VA_ARGS__); break;                                \
+  case 1 * 16 + 3 * 4 + 3: fn(1, 3, 3, __VA_ARGS__); break;                                \
+  case 1 * 16 + 4 * 4 + 2: fn(1, 4, 2, __VA_ARGS__); break;                                \
+  case 1 * 16 + 4 * 4 + 3: fn(1, 4, 3, __VA_ARGS__); break;                                \
+  case 2 * 16 + 2 * 4 + 2: fn(2, 2, 2, __VA_ARGS__); break;                                \
+  case 2 * 16 + 2 * 4 + 3: fn(2, 2, 3, __VA_ARGS__); break;                                \
+  case 2 * 16 + 3 * 4 + 2: fn(2, 3, 2, __VA_ARGS__); break;                                \
+  case 2 * 16 + 3 * 4 + 3: fn(2, 3, 3, __VA_ARGS__); break;                                \
+  case 2 * 16 + 4 * 4 + 2: fn(2, 4, 2, __VA_ARGS__); break;                                \
+  case 2 * 16 + 4 * 4 + 3: fn(2, 4, 3, __VA_ARGS__); break;                                \
+  default: break; /* unreachable: FOR_BLOCKS groups only whole 32- or 48-wide panels */      \
   }
 
 /* The general write-out of one register block (every activation and output dtype), kept out
@@ -254,24 +281,46 @@ static ALWAYS_INLINE void store_i8(const int mr, const int nv, const tpu__gemm_a
   write_i32(g, i0, j0, jn, mr, nv, out, sums);
 }
 
+/* Panels to take at once from the whole panel [ps, ps + ww): of the run of whole panels of width
+ * ww that follows it inside the chunk (up to jc1), at most NP_MAX, and never leaving a single
+ * panel behind (5 -> 3 + 2, not 4 + 1) since a lone panel has too few chains. */
+static size_t group_panels(size_t n, size_t ps, size_t ww, size_t jc1) {
+  size_t run = 1, s, w;
+  while (ps + (run + 1) * ww <= jc1) {
+    panel_of(n, ps + run * ww, &s, &w);
+    if (s != ps + run * ww || w != ww) break;
+    run++;
+  }
+  if (run <= NP_MAX) return run;
+  return run % NP_MAX == 1 ? NP_MAX - 1 : NP_MAX;
+}
+
 /* Visits the blocks of C[m0..m1)[n0..n1): columns in chunks of about CHUNK_BYTES of weights,
  * then MR-row blocks, then the chunk's panels (a block may start inside a panel, at a multiple
  * of 16 columns, when the frame or a chunk boundary splits one). BODY sees i, mr, j, jn, nv and
- * `wo`, the slot (4-byte unit) of the block's first column at step 0, and `ww`, the slots per
- * step of its panel; ROWS(i, mr) runs before each row block's panels. */
-#define FOR_BLOCKS(g, m0, m1, n0, n1, steps, ROWS, BODY)                                     \
+ * `wo`, the slot (4-byte unit) of the block's first column at step 0, `ww`, the slots per step
+ * of its panel, and `np`: blocks of at most GROUP rows take up to NP_MAX whole panels of the
+ * same width at once (the next one at wo + ww·steps), so that they have enough independent
+ * accumulators without splitting the sum over k (see ukr_f32); jn then covers all np panels.
+ * ROWS(i, mr) runs before each row block's panels. */
+#define FOR_BLOCKS(g, m0, m1, n0, n1, steps, GROUP, ROWS, BODY)                              \
   do {                                                                                       \
-    size_t nc_ = chunk_cols((steps) * 4);                                                    \
+    /* one block of rows reads W once whatever the chunks: no chunks, wider groups */        \
+    size_t nc_ = (m1) - (m0) <= (GROUP) ? (n1) - (n0) : chunk_cols((steps) * 4);             \
     for (size_t jc = (n0); jc < (n1); jc += nc_) {                                           \
       size_t jc1 = (n1) - jc < nc_ ? (n1) : jc + nc_;                                        \
       for (size_t i = (m0); i < (m1); i += MR) {                                             \
         size_t mr = (m1) - i < MR ? (m1) - i : MR;                                           \
         ROWS;                                                                                \
         for (size_t j = jc, je; j < jc1; j = je) {                                           \
-          size_t ps, ww;                                                                     \
+          size_t ps, ww, np = 1;                                                             \
           panel_of((g)->n, j, &ps, &ww);                                                     \
           je = ps + ww < jc1 ? ps + ww : jc1;                                                \
-          size_t jn = je - j, nv = (jn + 15) / 16, wo = ps * (steps) + (j - ps);             \
+          if (mr <= (GROUP) && j == ps && je == ps + ww) {                                   \
+            np = group_panels((g)->n, ps, ww, jc1);                                          \
+            je = ps + np * ww;                                                               \
+          }                                                                                  \
+          size_t jn = je - j, nv = (jn - (np - 1) * ww + 15) / 16, wo = ps * (steps) + (j - ps); \
           BODY;                                                                              \
         }                                                                                    \
       }                                                                                      \
@@ -290,59 +339,67 @@ static void tpu_pack_f32_avx512(size_t k, size_t n, const void *src, size_t sn, 
     for (size_t p = 0; p < k; p++) d[slot_of(n, k, c, p)] = c < n ? s[c * sn + p * sk] : 0.0f;
 }
 
-/* C[i0..i0+mr)[j0..j0+jn) from A rows i0.. and a panel's columns at wp, ww floats per k step;
- * nv = ceil(jn / 16). */
-static ALWAYS_INLINE void ukr_f32(const int mr, const int nv, const tpu__gemm_args_t *g,
-                                  size_t i0, size_t j0, size_t jn, const float *wp, size_t ww) {
-  const int ku = KU(mr);
-  size_t k = g->k, p = 0;
+/* C[i0..i0+mr)[j0..j0+jn) from A rows i0.. and np panels of ww floats per k step, the first at
+ * wp and each next one pstep floats further; nv = ceil(jn' / 16) for the last panel's jn', the
+ * others whole. Each element is one chain of FMAs over p = 0..k-1 in order, whatever mr, np and
+ * nv: a row's result does not depend on the rows beside it (batch invariance). */
+static ALWAYS_INLINE void ukr_f32(const int mr, const int np, const int nv,
+                                  const tpu__gemm_args_t *g, size_t i0, size_t j0, size_t jn,
+                                  const float *wp, size_t ww, size_t pstep) {
+  size_t k = g->k;
   const float *a = (const float *)g->a + i0 * k;
-  __m512 acc[KU_MAX][MR][NV];
+  __m512 acc[NP_MAX][MR][NV];
 #pragma GCC unroll 4
-  for (int u = 0; u < ku; u++)
+  for (int q = 0; q < np; q++)
 #pragma GCC unroll 8
     for (int r = 0; r < mr; r++)
 #pragma GCC unroll 3
-      for (int v = 0; v < nv; v++) acc[u][r][v] = _mm512_setzero_ps();
-  for (; p + ku <= k; p += ku, wp += ku * ww) {
-#pragma GCC unroll 4
-    for (int u = 0; u < ku; u++) {
+      for (int v = 0; v < nv; v++) acc[q][r][v] = _mm512_setzero_ps();
+  for (size_t p = 0; p < k; p++, wp += ww) {
+    if (np == 1) {
       __m512 b[NV];
 #pragma GCC unroll 3
-      for (int v = 0; v < nv; v++) b[v] = _mm512_load_ps(wp + u * ww + 16 * v);
+      for (int v = 0; v < nv; v++) b[v] = _mm512_load_ps(wp + 16 * v);
 #pragma GCC unroll 8
       for (int r = 0; r < mr; r++) {
-        __m512 av = _mm512_set1_ps(a[r * k + p + u]);
+        __m512 av = _mm512_set1_ps(a[r * k + p]);
 #pragma GCC unroll 3
-        for (int v = 0; v < nv; v++) acc[u][r][v] = _mm512_fmadd_ps(av, b[v], acc[u][r][v]);
+        for (int v = 0; v < nv; v++) acc[0][r][v] = _mm512_fmadd_ps(av, b[v], acc[0][r][v]);
       }
+    } else {
+      __m512 av[MR];
+#pragma GCC unroll 8
+      for (int r = 0; r < mr; r++) av[r] = _mm512_set1_ps(a[r * k + p]);
+#pragma GCC unroll 4
+      for (int q = 0; q < np; q++)
+#pragma GCC unroll 3
+        for (int v = 0; v < nv; v++) {
+          __m512 bv = _mm512_load_ps(wp + q * pstep + 16 * v);
+#pragma GCC unroll 8
+          for (int r = 0; r < mr; r++) acc[q][r][v] = _mm512_fmadd_ps(av[r], bv, acc[q][r][v]);
+        }
     }
   }
-  for (; p < k; p++, wp += ww) /* the last k % ku steps */
-#pragma GCC unroll 8
-    for (int r = 0; r < mr; r++) {
-      __m512 av = _mm512_set1_ps(a[r * k + p]);
-#pragma GCC unroll 3
-      for (int v = 0; v < nv; v++)
-        acc[0][r][v] = _mm512_fmadd_ps(av, _mm512_load_ps(wp + 16 * v), acc[0][r][v]);
-    }
 #pragma GCC unroll 4
-  for (int u = 1; u < ku; u++)
-#pragma GCC unroll 8
-    for (int r = 0; r < mr; r++)
-#pragma GCC unroll 3
-      for (int v = 0; v < nv; v++) acc[0][r][v] = _mm512_add_ps(acc[0][r][v], acc[u][r][v]);
-  store_f32(mr, nv, g, i0, j0, jn, acc[0]);
+  for (int q = 0; q < np; q++)
+    store_f32(mr, nv, g, i0, j0 + q * ww, q == np - 1 ? jn - q * ww : ww, acc[q]);
 }
 
-#define UKR_F32(mr, nv, ...) ukr_f32(mr, nv, __VA_ARGS__)
+#define UKR_F32(mr, nv, ...) ukr_f32(mr, 1, nv, __VA_ARGS__)
+#define UKR_F32_WIDE(mr, np, nv, ...) ukr_f32(mr, np, nv, __VA_ARGS__)
 
 static void tpu_gemm_f32_avx512_8x48(const tpu__gemm_args_t *g, size_t m0, size_t m1, size_t n0,
                                      size_t n1, void *ws) {
   (void)ws;
   const float *w = g->w;
-  FOR_BLOCKS(g, m0, m1, n0, n1, g->k, (void)0,
-             TPU__DISPATCH(UKR_F32, mr, nv, g, i, j, jn, w + wo, ww));
+  size_t k = g->k;
+  FOR_BLOCKS(g, m0, m1, n0, n1, k, WIDE_ROWS, (void)0, {
+    if (np == 1) {
+      TPU__DISPATCH(UKR_F32, mr, nv, g, i, j, jn, w + wo, ww, 0);
+    } else {
+      TPU__DISPATCH_WIDE(UKR_F32_WIDE, mr, np, nv, g, i, j, jn, w + wo, ww, ww * k);
+    }
+  });
 }
 
 /* ================================ BF16 ================================ */
@@ -374,63 +431,68 @@ static ALWAYS_INLINE uint32_t bf16_pair(const uint16_t *row, size_t q, size_t k)
   return row[2 * q];
 }
 
-/* As ukr_f32 with pair steps: wp holds ww dwords (bf16 pairs) per step. */
-static ALWAYS_INLINE void ukr_bf16(const int mr, const int nv, const tpu__gemm_args_t *g,
-                                   size_t i0, size_t j0, size_t jn, const uint16_t *wp,
-                                   size_t ww) {
-  const int ku = KU(mr);
-  size_t k = g->k, kq = (k + 1) / 2, kfull = k / 2, q = 0;
+/* As ukr_f32 with pair steps: each panel holds ww dwords (bf16 pairs) per step, the next panel
+ * pstep dwords further; one VDPBF16PS chain per element over the pairs in order. */
+static ALWAYS_INLINE void ukr_bf16(const int mr, const int np, const int nv,
+                                   const tpu__gemm_args_t *g, size_t i0, size_t j0, size_t jn,
+                                   const uint16_t *wp, size_t ww, size_t pstep) {
+  size_t k = g->k, kq = (k + 1) / 2;
   const uint16_t *a = (const uint16_t *)g->a + i0 * k;
-  __m512 acc[KU_MAX][MR][NV];
+  __m512 acc[NP_MAX][MR][NV];
 #pragma GCC unroll 4
-  for (int u = 0; u < ku; u++)
+  for (int q = 0; q < np; q++)
 #pragma GCC unroll 8
     for (int r = 0; r < mr; r++)
 #pragma GCC unroll 3
-      for (int v = 0; v < nv; v++) acc[u][r][v] = _mm512_setzero_ps();
-  /* Whole pairs only in the unrolled loop; an odd k's last half pair goes to the tail loop. */
-  for (; q + ku <= kfull; q += ku, wp += 2 * ku * ww) {
-#pragma GCC unroll 4
-    for (int u = 0; u < ku; u++) {
+      for (int v = 0; v < nv; v++) acc[q][r][v] = _mm512_setzero_ps();
+  for (size_t s = 0; s < kq; s++, wp += 2 * ww) {
+    /* An odd k's last pair is (a, 0): bf16_pair reads no further than the row. */
+    if (np == 1) {
       __m512bh b[NV];
 #pragma GCC unroll 3
-      for (int v = 0; v < nv; v++) b[v] = (__m512bh)_mm512_load_si512(wp + 2 * (u * ww + 16 * v));
+      for (int v = 0; v < nv; v++) b[v] = (__m512bh)_mm512_load_si512(wp + 32 * v);
 #pragma GCC unroll 8
       for (int r = 0; r < mr; r++) {
-        uint32_t x;
-        memcpy(&x, a + r * k + 2 * (q + u), 4);
-        __m512bh av = (__m512bh)_mm512_set1_epi32((int)x);
+        __m512bh av = (__m512bh)_mm512_set1_epi32((int)bf16_pair(a + r * k, s, k));
 #pragma GCC unroll 3
-        for (int v = 0; v < nv; v++) acc[u][r][v] = _mm512_dpbf16_ps(acc[u][r][v], av, b[v]);
+        for (int v = 0; v < nv; v++) acc[0][r][v] = _mm512_dpbf16_ps(acc[0][r][v], av, b[v]);
       }
+    } else {
+      __m512bh av[MR];
+#pragma GCC unroll 8
+      for (int r = 0; r < mr; r++)
+        av[r] = (__m512bh)_mm512_set1_epi32((int)bf16_pair(a + r * k, s, k));
+#pragma GCC unroll 4
+      for (int q = 0; q < np; q++)
+#pragma GCC unroll 3
+        for (int v = 0; v < nv; v++) {
+          __m512bh bv = (__m512bh)_mm512_load_si512(wp + 2 * (q * pstep + 16 * v));
+#pragma GCC unroll 8
+          for (int r = 0; r < mr; r++)
+            acc[q][r][v] = _mm512_dpbf16_ps(acc[q][r][v], av[r], bv);
+        }
     }
   }
-  for (; q < kq; q++, wp += 2 * ww)
-#pragma GCC unroll 8
-    for (int r = 0; r < mr; r++) {
-      __m512bh av = (__m512bh)_mm512_set1_epi32((int)bf16_pair(a + r * k, q, k));
-#pragma GCC unroll 3
-      for (int v = 0; v < nv; v++)
-        acc[0][r][v] = _mm512_dpbf16_ps(acc[0][r][v], av,
-                                        (__m512bh)_mm512_load_si512(wp + 32 * v));
-    }
 #pragma GCC unroll 4
-  for (int u = 1; u < ku; u++)
-#pragma GCC unroll 8
-    for (int r = 0; r < mr; r++)
-#pragma GCC unroll 3
-      for (int v = 0; v < nv; v++) acc[0][r][v] = _mm512_add_ps(acc[0][r][v], acc[u][r][v]);
-  store_f32(mr, nv, g, i0, j0, jn, acc[0]);
+  for (int q = 0; q < np; q++)
+    store_f32(mr, nv, g, i0, j0 + q * ww, q == np - 1 ? jn - q * ww : ww, acc[q]);
 }
 
-#define UKR_BF16(mr, nv, ...) ukr_bf16(mr, nv, __VA_ARGS__)
+#define UKR_BF16(mr, nv, ...) ukr_bf16(mr, 1, nv, __VA_ARGS__)
+#define UKR_BF16_WIDE(mr, np, nv, ...) ukr_bf16(mr, np, nv, __VA_ARGS__)
 
 static void tpu_gemm_bf16_avx512_8x48(const tpu__gemm_args_t *g, size_t m0, size_t m1,
                                       size_t n0, size_t n1, void *ws) {
   (void)ws;
   const uint16_t *w = g->w;
-  FOR_BLOCKS(g, m0, m1, n0, n1, (g->k + 1) / 2, (void)0,
-             TPU__DISPATCH(UKR_BF16, mr, nv, g, i, j, jn, w + 2 * wo, ww));
+  size_t kq = (g->k + 1) / 2;
+  FOR_BLOCKS(g, m0, m1, n0, n1, kq, WIDE_ROWS, (void)0, {
+    if (np == 1) {
+      TPU__DISPATCH(UKR_BF16, mr, nv, g, i, j, jn, w + 2 * wo, ww, 0);
+    } else {
+      TPU__DISPATCH_WIDE(UKR_BF16_WIDE, mr, np, nv, g, i, j, jn, w + 2 * wo, ww, ww * kq);
+    }
+  });
 }
 
 /* ================================ INT8 ================================ */
@@ -538,7 +600,7 @@ static void tpu_gemm_i8_avx512_8x48(const tpu__gemm_args_t *g, size_t m0, size_t
   const int32_t *sums = (const int32_t *)(w + packed_cols(g->n) * kq * 4);
   const int8_t *a = g->a;
   uint8_t *ap = ws;
-  FOR_BLOCKS(g, m0, m1, n0, n1, kq, shift_rows_i8(a + i * k, k, mr, lda, ap),
+  FOR_BLOCKS(g, m0, m1, n0, n1, kq, 0, shift_rows_i8(a + i * k, k, mr, lda, ap),
              TPU__DISPATCH(UKR_I8, mr, nv, g, i, j, jn, w + 4 * wo, ww, sums + j, ap, lda));
 }
 
