@@ -25,6 +25,9 @@
 #include "tpuclient.h"
 #ifdef TPUCTL_AUDIT
 #include "audit_verify.h"
+#ifdef TPUCTL_REPLAY
+#include "replay.h"
+#endif
 #define AUDIT_SYNOPSIS \
   "audit verify [--key FILE] [--head FILE] [--allow-torn] [--partial] [--strict] FILE..."
 #define AUDIT_HELP                                                                            \
@@ -36,6 +39,12 @@
   "torn last line (a crash); --partial accepts files that start at a rotate or gap record\n"  \
   "(the earlier files kept elsewhere); --strict exits 3 when the chain is intact but states\n" \
   "missing records. Exit 0 OK, 1 a fault, 2 usage or unreadable file, 3 incomplete.\n"
+#ifdef TPUCTL_REPLAY
+#undef AUDIT_SYNOPSIS
+#define AUDIT_SYNOPSIS                                                                        \
+  "audit verify [--key FILE] [--head FILE] [--allow-torn] [--partial] [--strict] FILE...\n" \
+  "       tpuctl " TPU_REPLAY_SYNOPSIS
+#endif
 #endif
 
 #define EXIT_FAIL 1
@@ -617,6 +626,10 @@ int main(int argc, char **argv) {
     argv += at - 1;
     if (argc > 2 && strcmp(argv[2], "verify") == 0)
       return tpu_audit_verify_cli(argc - 2, argv + 2, stdout, stderr);
+#ifdef TPUCTL_REPLAY
+    if (argc > 2 && strcmp(argv[2], "replay") == 0)
+      return tpu_replay_cli(argc - 2, argv + 2, stdout, stderr);
+#endif
     if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
       printf("usage: %s %s\n\n%s", prog, AUDIT_SYNOPSIS, AUDIT_HELP);
       return 0;

@@ -56,6 +56,7 @@ typedef struct tpu__model {
   tpu_tensor_spec_t in_spec[TPU_MODEL_MAX_IO], out_spec[TPU_MODEL_MAX_IO];
   size_t in_row, out_row; /* bytes of one packed row (tpu_model_in/out_row_bytes) */
   int batched;            /* tpu_model_batched */
+  int capture;            /* its requests' tensors go to the payload store (audit/payload.h) */
   const char *platform;   /* metadata's platform: "tpud" (dense), "tpud_onnx", "tpud_xgboost" */
   tpu_vmodel_t vmodel;
   char label[200];    /* "model 'digits' version 1" */

@@ -72,6 +72,7 @@ typedef struct tpu__audit_node {
   uint64_t seq;
   int fired; /* callback already ran (fail-open PENDING) */
   int internal; /* written by the module itself (lost, rotate, gap): not a submitted record */
+  tpu_payload_blob_t *blob; /* the captured tensors (rec.payload, owned), NULL = none */
   tpu_audit_record_t rec; /* strings point into data */
   char data[];
 } node_t;
@@ -121,6 +122,15 @@ struct tpu_audit {
   int rebuild;            /* the batch was taken back (out of memory): build it on the next retry */
   uint64_t last_sync_us, last_head_us, next_retry_us, head_seq;
 
+  /* The payload store (writer thread only; NULL = none) and its key (read by engine threads
+   * in tpu_audit_capture: set at open, never changed). */
+  tpu_pstore_t *ps;
+  tpu_payload_key_t pkey;
+  int has_pkey;
+  int payload_err;        /* an entry could not be staged: the batch cannot be written */
+  uint64_t last_maintain_us;
+  _Atomic uint64_t st_p_entries, st_p_bytes, st_p_files_deleted, st_p_bytes_deleted;
+
   _Atomic int failed;
   _Atomic int inject;
   _Atomic int inject_oom; /* tpu_audit__inject_oom */
@@ -130,57 +140,6 @@ struct tpu_audit {
 };
 
 /* ---- hashing, shared with the verifier ---------------------------------------------------- */
-
-static void to_hex(const unsigned char *md, size_t n, char *hex) {
-  static const char digits[] = "0123456789abcdef";
-  for (size_t i = 0; i < n; i++) {
-    hex[2 * i] = digits[md[i] >> 4];
-    hex[2 * i + 1] = digits[md[i] & 15];
-  }
-  hex[2 * n] = '\0';
-}
-
-void tpu__audit_mac(const uint8_t *key, size_t keylen, const void *data, size_t len,
-                    char hex[65]) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int mdlen = 0;
-  if (keylen > 0)
-    HMAC(EVP_sha256(), key, (int)keylen, data, len, md, &mdlen);
-  else
-    EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL);
-  to_hex(md, 32, hex);
-}
-
-void tpu_audit_sha256_hex(const void *data, size_t len, char hex[65]) {
-  tpu__audit_mac(NULL, 0, data, len, hex);
-}
-
-int tpu_audit_sha256_init(tpu_audit_sha256_t *d) {
-  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-  if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-    EVP_MD_CTX_free(ctx);
-    d->ctx = NULL;
-    return -1;
-  }
-  d->ctx = ctx;
-  return 0;
-}
-
-void tpu_audit_sha256_update(tpu_audit_sha256_t *d, const void *data, size_t len) {
-  if (d->ctx && len) EVP_DigestUpdate((EVP_MD_CTX *)d->ctx, data, len);
-}
-
-void tpu_audit_sha256_final(tpu_audit_sha256_t *d, char hex[65]) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int mdlen = 0;
-  if (!d->ctx || EVP_DigestFinal_ex((EVP_MD_CTX *)d->ctx, md, &mdlen) != 1) {
-    hex[0] = '\0';
-  } else {
-    to_hex(md, 32, hex);
-  }
-  EVP_MD_CTX_free((EVP_MD_CTX *)d->ctx);
-  d->ctx = NULL;
-}
 
 static int is_hex64(const char *s, size_t n) {
   if (n != 64) return 0;
@@ -334,58 +293,6 @@ int tpu_audit_load_key(const char *path, uint8_t *key, size_t cap, char *err, si
 }
 
 /* Length of the valid UTF-8 sequence at s (n bytes left), or 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-  unsigned c = s[0];
-  if (c < 0x80) return 1;
-  size_t need;
-  unsigned lo = 0x80, hi = 0xbf;
-  if (c >= 0xc2 && c <= 0xdf) need = 2;
-  else if (c == 0xe0) need = 3, lo = 0xa0;
-  else if (c == 0xed) need = 3, hi = 0x9f;
-  else if (c >= 0xe1 && c <= 0xef) need = 3;
-  else if (c == 0xf0) need = 4, lo = 0x90;
-  else if (c >= 0xf1 && c <= 0xf3) need = 4;
-  else if (c == 0xf4) need = 4, hi = 0x8f;
-  else return 0;
-  if (n < need || s[1] < lo || s[1] > hi) return 0;
-  for (size_t i = 2; i < need; i++)
-    if (s[i] < 0x80 || s[i] > 0xbf) return 0;
-  return need;
-}
-
-/* Appends s as a JSON string (quoted, escaped, invalid UTF-8 as U+FFFD). */
-static void buf_json_str(tpu_buf_t *b, const char *s) {
-  tpu_buf_add(b, "\"", 1);
-  const unsigned char *p = (const unsigned char *)(s ? s : "");
-  size_t n = strlen((const char *)p);
-  for (size_t i = 0; i < n;) {
-    unsigned c = p[i];
-    if (c == '"' || c == '\\') {
-      char e[2] = {'\\', (char)c};
-      tpu_buf_add(b, e, 2);
-      i++;
-    } else if (c < 0x20) {
-      char e[8];
-      if (c == '\n') memcpy(e, "\\n", 3);
-      else if (c == '\t') memcpy(e, "\\t", 3);
-      else if (c == '\r') memcpy(e, "\\r", 3);
-      else snprintf(e, sizeof e, "\\u%04x", c);
-      tpu_buf_adds(b, e);
-      i++;
-    } else {
-      size_t k = utf8_len(p + i, n - i);
-      if (k == 0) {
-        tpu_buf_add(b, "\xef\xbf\xbd", 3);
-        i++;
-      } else {
-        tpu_buf_add(b, (const char *)p + i, k);
-        i += k;
-      }
-    }
-  }
-  tpu_buf_add(b, "\"", 1);
-}
-
 static void rfc3339_now(char out[40]) {
   struct timespec ts;
   struct tm tm;
@@ -396,7 +303,8 @@ static void rfc3339_now(char out[40]) {
 }
 
 /* Serializes one record at the chain head (a->seq + 1) onto b: the writer's only formatter. */
-static uint64_t emit(tpu_audit_t *a, tpu_buf_t *b, const tpu_audit_record_t *r) {
+static uint64_t emit(tpu_audit_t *a, tpu_buf_t *b, const tpu_audit_record_t *r,
+                     const char *payload, const char *payload_sha256) {
   uint64_t seq = ++a->seq;
   char tbuf[40], num[400];
   rfc3339_now(tbuf);
@@ -404,7 +312,7 @@ static uint64_t emit(tpu_audit_t *a, tpu_buf_t *b, const tpu_audit_record_t *r) 
   snprintf(num, sizeof num, "{\"seq\":%" PRIu64 ",\"time\":\"%s\",\"kind\":", seq, tbuf);
   tpu_buf_adds(b, num);
   if (atomic_load(&a->inject_oom)) b->oom = 1; /* as if the buffer could not grow from here */
-  buf_json_str(b, r->kind ? r->kind : TPU_AUDIT_KIND_REQUEST);
+  tpu__audit_json_str(b, r->kind ? r->kind : TPU_AUDIT_KIND_REQUEST);
   static const char *const keys[] = {"request_id", "client", "model", "version",
                                      "input_sha256", "output_sha256", "status", "message"};
   const char *vals[] = {r->request_id, r->client, r->model, r->version,
@@ -413,7 +321,7 @@ static uint64_t emit(tpu_audit_t *a, tpu_buf_t *b, const tpu_audit_record_t *r) 
     tpu_buf_add(b, ",\"", 2);
     tpu_buf_adds(b, keys[i]);
     tpu_buf_add(b, "\":", 2);
-    buf_json_str(b, vals[i]);
+    tpu__audit_json_str(b, vals[i]);
   }
   snprintf(num, sizeof num,
            ",\"queue_us\":%" PRIu64 ",\"compute_us\":%" PRIu64 ",\"batch_id\":%" PRIu64
@@ -427,8 +335,12 @@ static uint64_t emit(tpu_audit_t *a, tpu_buf_t *b, const tpu_audit_record_t *r) 
     tpu_buf_add(b, ",\"", 2);
     tpu_buf_adds(b, pin_keys[i]);
     tpu_buf_add(b, "\":", 2);
-    buf_json_str(b, pins[i]);
+    tpu__audit_json_str(b, pins[i]);
   }
+  tpu_buf_adds(b, ",\"payload\":");
+  tpu__audit_json_str(b, payload);
+  tpu_buf_adds(b, ",\"payload_sha256\":");
+  tpu__audit_json_str(b, payload_sha256);
   snprintf(num, sizeof num, ",\"prev\":\"%s\"", a->last_hash);
   tpu_buf_adds(b, num);
   tpu_buf_add(b, "}", 1); /* canonical bytes = b[start, len) */
@@ -461,10 +373,18 @@ static int batch_pending(const tpu_audit_t *a);
 static int sync_now(tpu_audit_t *a);
 static void build_batch(tpu_audit_t *a);
 
-/* fdatasync; on success every record up to `covered` (all written before the call) is on
- * disk, and only here does synced_seq advance. */
+/* fdatasync (the payload file first: a record on disk never points at an entry that is not);
+ * on success every record up to `covered` (all written before the call) is on disk, and only
+ * here does synced_seq advance. */
 static int do_sync(tpu_audit_t *a, uint64_t covered) {
   int inj = atomic_load(&a->inject);
+  if (a->ps && !inj) {
+    int e = tpu_pstore_sync(a->ps);
+    if (e) {
+      errno = e;
+      return -1;
+    }
+  }
   if (inj || fdatasync(a->fd) != 0) {
     errno = inj ? inj : errno;
     return -1;
@@ -475,11 +395,17 @@ static int do_sync(tpu_audit_t *a, uint64_t covered) {
 }
 
 /* Runs each caller record's callback once and frees the nodes. */
+static void node_free(node_t *n) {
+  if (!n) return;
+  free(n->blob);
+  free(n);
+}
+
 static void finish_nodes(node_t *n, int status) {
   while (n) {
     node_t *next = n->next;
     if (n->done && !n->fired) n->done(n->arg, n->seq, status);
-    free(n);
+    node_free(n);
     n = next;
   }
 }
@@ -543,15 +469,22 @@ static node_t *module_node(const char *kind, const char *status, const char *mes
  * it, so if it is written the count is final (what is lost later is only in the closing line). */
 static void batch_add(tpu_audit_t *a, node_t *n) {
   n->next = NULL;
+  char ref[TPU_PAYLOAD_REF_MAX] = "";
+  const char *psha = NULL;
+  if (n->blob && a->ps) { /* staged at the seq emit gives it */
+    int e = tpu_pstore_stage(a->ps, a->seq + 1, n->blob, ref);
+    if (e && !a->payload_err) a->payload_err = e;
+    psha = n->blob->sha256;
+  }
   if (!n->internal && strcmp(n->rec.kind, TPU_AUDIT_KIND_STOP) == 0) {
     char msg[MESSAGE_MAX + 100];
     snprintf(msg, sizeof msg, "%s%s%" PRIu64 " audit records lost since start", n->rec.message,
              n->rec.message[0] ? "; " : "", atomic_load(&a->st_lost));
     tpu_audit_record_t r = n->rec;
     r.message = msg;
-    n->seq = emit(a, &a->batch, &r);
+    n->seq = emit(a, &a->batch, &r, ref, psha);
   } else {
-    n->seq = emit(a, &a->batch, &n->rec);
+    n->seq = emit(a, &a->batch, &n->rec, ref, psha);
   }
   if (a->btail) a->btail->next = n;
   else a->bhead = n;
@@ -568,6 +501,7 @@ static void batch_seal(tpu_audit_t *a) {
 /* Takes the batch back (it went into a file that is no longer at path): its records go to the
  * front of the held list, in order, to be given seqs again in the file that replaces it. */
 static void unwind(tpu_audit_t *a) {
+  if (a->ps) tpu_pstore_unstage(a->ps);
   a->seq = a->disk_seq;
   memcpy(a->last_hash, a->disk_hash, 65);
   tpu_buf_clear(&a->batch);
@@ -727,7 +661,16 @@ static int commit(tpu_audit_t *a) {
     if (a->batch.oom) { /* a record of it did not fit in memory: never write it cut short */
       unwind(a);
       a->rebuild = 1;
+      a->payload_err = 0;
       enter_failed(a, "building a batch", ENOMEM);
+      return -1;
+    }
+    if (a->payload_err) { /* an entry could not be staged: its record would point at nothing */
+      int e = a->payload_err;
+      unwind(a);
+      a->rebuild = 1;
+      a->payload_err = 0;
+      enter_failed(a, "starting a payload file", e);
       return -1;
     }
     if (a->cut_needed) {
@@ -740,6 +683,12 @@ static int commit(tpu_audit_t *a) {
     size_t off = 0;
     int werr = 0;
     const char *wwhat = NULL;
+    /* The entries first (synced first with `always`): a record never points at bytes that are
+     * not there. A failed entry write fails the batch like a failed log write. */
+    if (a->ps && !atomic_load(&a->inject)) {
+      werr = tpu_pstore_write(a->ps, a->cfg.fsync == TPU_AUDIT_FSYNC_ALWAYS, &wwhat);
+      if (werr) off = a->batch.len; /* the records are not written */
+    }
     while (off < a->batch.len) {
       int inj = atomic_load(&a->inject);
       ssize_t w;
@@ -795,6 +744,7 @@ static int commit(tpu_audit_t *a) {
     break;
   }
   a->good_off += a->batch.len;
+  if (a->ps) tpu_pstore_committed(a->ps);
   atomic_fetch_add(&a->st_bytes, a->batch.len);
   atomic_fetch_add(&a->st_written, a->blast_seq - a->disk_seq);
   a->disk_seq = a->blast_seq;
@@ -958,6 +908,11 @@ static void take_queue(tpu_audit_t *a, int *stop, int *reopen, int *flush) {
       uint64_t d = a->last_head_us + (uint64_t)a->cfg.head_interval_ms * 1000u;
       if (d < deadline) deadline = d;
     }
+    if (a->ps && a->cfg.payload_max_age_s) { /* age-based retention runs while idle too */
+      uint64_t d = a->last_maintain_us + 1000000u;
+      if (d <= now) break;
+      if (d < deadline) deadline = d;
+    }
     if (deadline <= now) break;
     if (deadline == UINT64_MAX) {
       pthread_cond_wait(&a->cv, &a->mu);
@@ -997,6 +952,33 @@ static void fire_pending(tpu_audit_t *a) {
       }
 }
 
+/* A payload file was deleted by retention: a record says which and why. */
+static void report_expired(void *ctx, const char *message) {
+  tpu_audit_t *a = ctx;
+  node_t *n = module_node(TPU_AUDIT_KIND_PAYLOAD_EXPIRED, "OK", message);
+  if (!n) {
+    tpu_log_warn("audit log %s: out of memory for a payload_expired record: %s", a->path,
+                 message);
+    return;
+  }
+  if (a->htail) a->htail->next = n;
+  else a->hhead = n;
+  a->htail = n;
+}
+
+/* Payload rotation and retention, between batches. */
+static void maintain_payloads(tpu_audit_t *a) {
+  if (!a->ps || batch_pending(a)) return;
+  a->last_maintain_us = tpu_now_us();
+  tpu_pstore_maintain(a->ps, report_expired, a);
+  tpu_pstore_stats_t st;
+  tpu_pstore_stats(a->ps, &st);
+  atomic_store(&a->st_p_entries, st.entries);
+  atomic_store(&a->st_p_bytes, st.bytes);
+  atomic_store(&a->st_p_files_deleted, st.files_deleted);
+  atomic_store(&a->st_p_bytes_deleted, st.bytes_deleted);
+}
+
 static void *writer_main(void *arg) {
   tpu_audit_t *a = arg;
   for (;;) {
@@ -1019,6 +1001,7 @@ static void *writer_main(void *arg) {
         leave_failed(a), failed = 0;
     }
     if (!failed) {
+      maintain_payloads(a);
       while ((a->hhead || atomic_load(&a->lost_unreported)) && !batch_pending(a)) {
         build_batch(a);
         if (commit(a) != 0) break;
@@ -1170,7 +1153,7 @@ static int recover(tpu_audit_t *a, char *err, size_t errlen) {
     if (!terminated) tpu_buf_add(&a->batch, "\n", 1);
     tpu_audit_record_t r = {.kind = TPU_AUDIT_KIND_RECOVERED, .status = "DATA_LOSS",
                             .message = msg};
-    emit(a, &a->batch, &r);
+    emit(a, &a->batch, &r, NULL, NULL);
   }
   free(w);
   return 0;
@@ -1193,7 +1176,7 @@ static void check_head(tpu_audit_t *a) {
     tpu_log_error("audit log %s: %s", a->path, msg);
     tpu_audit_record_t r = {.kind = TPU_AUDIT_KIND_ROLLBACK, .status = "DATA_LOSS",
                             .message = msg};
-    emit(a, &a->batch, &r);
+    emit(a, &a->batch, &r, NULL, NULL);
   }
   json_decref(h);
 }
@@ -1233,6 +1216,20 @@ int tpu_audit_open(const tpu_audit_config_t *cfg, tpu_audit_t **out, char *err, 
     if (n < 0) goto fail;
     a->keylen = (size_t)n;
   }
+  if (cfg->payload_dir) {
+    char perr[600];
+    if (tpu_pstore_open(cfg->payload_dir, cfg->payload_max_bytes, cfg->payload_max_age_s, &a->ps,
+                        perr, sizeof perr) != 0) {
+      snprintf(err, errlen, "payload store: %s", perr);
+      goto fail;
+    }
+    if (cfg->payload_key) {
+      a->pkey = *cfg->payload_key;
+      a->has_pkey = 1;
+    }
+  }
+  a->cfg.payload_dir = NULL;
+  a->cfg.payload_key = NULL;
   pthread_mutex_init(&a->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -1271,6 +1268,8 @@ nomem:
   snprintf(err, errlen, "audit log: out of memory");
 fail:
   if (a->fd >= 0) close(a->fd);
+  tpu_pstore_close(a->ps);
+  OPENSSL_cleanse(&a->pkey, sizeof a->pkey);
   tpu_buf_free(&a->batch);
   free(a->path);
   free(a->head_path);
@@ -1308,6 +1307,8 @@ static node_t *make_node(const tpu_audit_record_t *rec, tpu_audit_done_fn done, 
   n->fired = 0;
   n->internal = 0;
   n->rec = *rec;
+  n->blob = rec->payload;
+  n->rec.payload = NULL;
   const char **dst[F_COUNT] = {&n->rec.kind, &n->rec.request_id, &n->rec.client, &n->rec.model,
                                &n->rec.version, &n->rec.input_sha256, &n->rec.output_sha256,
                                &n->rec.status, &n->rec.message, &n->rec.checkpoint_sha256,
@@ -1327,6 +1328,7 @@ int tpu_audit_submit(tpu_audit_t *a, const tpu_audit_record_t *rec, tpu_audit_do
                      void *arg) {
   node_t *n = make_node(rec, done, arg);
   if (!n) {
+    free(rec->payload);
     atomic_fetch_add(&a->st_lost, 1);
     atomic_fetch_add(&a->lost_unreported, 1);
     return TPU_AUDIT_LOST;
@@ -1335,7 +1337,7 @@ int tpu_audit_submit(tpu_audit_t *a, const tpu_audit_record_t *rec, tpu_audit_do
   pthread_mutex_lock(&a->mu);
   if (a->stop || a->nsubmitted - a->nretired >= a->cfg.max_pending) {
     pthread_mutex_unlock(&a->mu);
-    free(n);
+    node_free(n);
     atomic_fetch_add(&a->st_lost, 1);
     atomic_fetch_add(&a->lost_unreported, 1);
     return TPU_AUDIT_LOST;
@@ -1398,6 +1400,26 @@ void tpu_audit_stats(const tpu_audit_t *a, tpu_audit_stats_t *out) {
   out->failed = atomic_load(&a->failed);
 }
 
+int tpu_audit_capturing(const tpu_audit_t *a) { return a && a->ps != NULL; }
+
+int tpu_audit_capture(const tpu_audit_t *a, const char *model, const char *version, size_t rows,
+                      const tpu_payload_tensor_t *in, size_t nin, const tpu_payload_tensor_t *out,
+                      size_t nout, tpu_payload_blob_t **blob) {
+  *blob = NULL;
+  if (!a || !a->ps) return -1;
+  return tpu_payload_build(a->has_pkey ? &a->pkey : NULL, model, version, rows, in, nin, out,
+                           nout, blob);
+}
+
+void tpu_audit_payload_stats(const tpu_audit_t *a, tpu_pstore_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  if (!a || !a->ps) return;
+  out->entries = atomic_load(&a->st_p_entries);
+  out->bytes = atomic_load(&a->st_p_bytes);
+  out->files_deleted = atomic_load(&a->st_p_files_deleted);
+  out->bytes_deleted = atomic_load(&a->st_p_bytes_deleted);
+}
+
 void tpu_audit__inject_error(tpu_audit_t *a, int err) {
   atomic_store(&a->inject, err);
   pthread_mutex_lock(&a->mu);
@@ -1428,6 +1450,8 @@ void tpu_audit_shutdown(tpu_audit_t *a, tpu_audit_stats_t *final) {
   }
   if (final) tpu_audit_stats(a, final); /* after the writer gave up on what it could not write */
   if (a->fd >= 0) close(a->fd);
+  tpu_pstore_close(a->ps);
+  OPENSSL_cleanse(&a->pkey, sizeof a->pkey);
   pthread_mutex_destroy(&a->mu);
   pthread_cond_destroy(&a->cv);
   pthread_cond_destroy(&a->settled_cv);

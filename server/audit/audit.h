@@ -27,7 +27,8 @@
  *    "client":"CN=teller-7","model":"digits","version":"3","input_sha256":"<hex>",
  *    "output_sha256":"<hex>","status":"OK","message":"","queue_us":120,"compute_us":830,
  *    "batch_id":9001,"bucket":8,"checkpoint_sha256":"<hex>","reference":"passed: ...",
- *    "kernels":"avx512","precision":"fp32","prev":"<64 hex>","hash":"<64 hex>"}
+ *    "kernels":"avx512","precision":"fp32","payload":"payload.00000000000000000001@0",
+ *    "payload_sha256":"<hex>","prev":"<64 hex>","hash":"<64 hex>"}
  * seq counts from 1 and continues across restarts and files; time is when the writer ordered
  * the record (RFC 3339, UTC, microseconds; non-decreasing with seq unless the clock steps);
  * kind is one of TPU_AUDIT_KIND_*; strings the caller leaves NULL are written as "" and
@@ -36,6 +37,9 @@
  * was computed under (the version's checkpoint, its reference check, the engine's kernel set,
  * the precision): they are "" in other records. Logs written before they existed (records that
  * end with "bucket" before "prev") verify as they are: the chain covers the bytes, not a schema.
+ * payload and payload_sha256 name the request's captured tensors in the payload store
+ * (payload.h: file@offset, and the SHA-256 of the entry as stored); "" when none was captured.
+ * Logs from before them (records that end with "precision" before "prev") verify likewise.
  *
  * CANONICAL BYTES AND HASH (what a third-party verifier recomputes; see
  * tests/integration/audit_verify.py)
@@ -124,7 +128,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fsync.h" /* tpu_audit_fsync_t, the durability policy (--audit-fsync) */
+#include "fsync.h"   /* tpu_audit_fsync_t, the durability policy (--audit-fsync) */
+#include "payload.h" /* the payload store: captured tensors beside the log */
 
 typedef struct tpu_audit tpu_audit_t;
 
@@ -143,6 +148,7 @@ typedef struct tpu_audit tpu_audit_t;
 #define TPU_AUDIT_KIND_LOST "lost"               /* N records were refused while failed */
 #define TPU_AUDIT_KIND_ROLLBACK "rollback"       /* head file was ahead of the log at open */
 #define TPU_AUDIT_KIND_GAP "gap"                 /* seq A..B went with a deleted file */
+#define TPU_AUDIT_KIND_PAYLOAD_EXPIRED "payload_expired" /* retention deleted a payload file */
 
 /* Completion status passed to a record's callback. */
 #define TPU_AUDIT_WRITTEN 0  /* written (with `always`: and on disk, fdatasync done) */
@@ -161,6 +167,11 @@ typedef struct {
   unsigned head_interval_ms;  /* milliseconds between head file updates (1000) */
   unsigned retry_ms;          /* milliseconds between retries while failed (200) */
   size_t max_pending;         /* records queued at most; more are refused and lost (65536) */
+  /* The payload store (payload.h); NULL = none, and records carry no payload. */
+  const char *payload_dir;    /* --payload-dir DIR */
+  const tpu_payload_key_t *payload_key; /* --payload-key: AES-256-GCM; NULL = in clear (copied) */
+  uint64_t payload_max_bytes; /* --payload-max-bytes: the store's size at most; 0 = no limit */
+  uint64_t payload_max_age_s; /* --payload-max-age: seconds an entry is kept; 0 = no limit */
 } tpu_audit_config_t;
 
 /* Fills cfg with the defaults above (path NULL). */
@@ -190,6 +201,10 @@ typedef struct {
   const char *reference;     /* the version's reference-check result at load ("" = none) */
   const char *kernels;       /* the engine's kernel set ("avx512", "amx", "ref", ...) */
   const char *precision;     /* the products' precision: "fp32", "bf16", "int8" */
+  /* The captured tensors (tpu_audit_capture): owned by the module once submitted, freed by it
+   * whatever happens (refused too); NULL = none. The record gets "payload":"FILE@OFFSET" and
+   * "payload_sha256" when the store holds it. */
+  tpu_payload_blob_t *payload;
 } tpu_audit_record_t;
 
 /* Completion callback: runs on the writer thread, so it must be quick and must not block or
@@ -240,6 +255,16 @@ typedef struct {
 } tpu_audit_stats_t;
 
 void tpu_audit_stats(const tpu_audit_t *a, tpu_audit_stats_t *out);
+
+/* Whether the log has a payload store (--payload-dir). */
+int tpu_audit_capturing(const tpu_audit_t *a);
+/* Builds a request's payload entry with the store's key (engine threads; tpu_payload_build):
+ * put it in the record's payload. Returns 0, or -1 (out of memory; no store). */
+int tpu_audit_capture(const tpu_audit_t *a, const char *model, const char *version, size_t rows,
+                      const tpu_payload_tensor_t *in, size_t nin, const tpu_payload_tensor_t *out,
+                      size_t nout, tpu_payload_blob_t **blob);
+/* The store's counters (zeros without one). */
+void tpu_audit_payload_stats(const tpu_audit_t *a, tpu_pstore_stats_t *out);
 
 /* Writes what is queued (one last retry if failing), fdatasyncs, updates the head file, stops
  * the writer and frees everything. Callbacks of records that could not be written get

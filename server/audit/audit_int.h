@@ -19,6 +19,11 @@
  * (deleted while the server had it open). The verifier lets the chain resume after it. */
 #define TPU__AUDIT_GAP_PFX "seq %" PRIu64 "..%" PRIu64 " are not in the log: "
 
+#include "tpu_text.h"
+
+/* Appends s as a JSON string (quoted, escaped, invalid UTF-8 as U+FFFD). */
+void tpu__audit_json_str(tpu_buf_t *b, const char *s);
+
 /* hash (65 bytes with NUL) of canonical bytes: HMAC-SHA256 when keylen > 0, else SHA-256. */
 void tpu__audit_mac(const uint8_t *key, size_t keylen, const void *data, size_t len,
                     char hex[65]);

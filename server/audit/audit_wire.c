@@ -26,6 +26,7 @@
  */
 #include <arpa/inet.h>
 #include <jansson.h>
+#include <openssl/crypto.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -51,6 +52,11 @@ void tpu__audit_leave(tpu_server_t *srv) { atomic_fetch_sub(&srv->audit_users, 1
 int tpu__audit_start(tpu_server_t *srv, char *err, size_t errlen) {
   const tpu_config_t *c = &srv->cfg;
   if (!c->audit_log[0]) {
+    if (c->payload_dir[0]) {
+      snprintf(err, errlen, "--payload-dir needs --audit-log: payload entries are referenced "
+               "from audit records");
+      return -1;
+    }
     tpu_log_info("audit log: off (no --audit-log)");
     return 0;
   }
@@ -63,11 +69,31 @@ int tpu__audit_start(tpu_server_t *srv, char *err, size_t errlen) {
   ac.fsync_interval_ms = c->audit_fsync_interval_ms;
   ac.max_bytes = c->audit_max_bytes;
   ac.fail_open = c->audit_fail_open;
+  tpu_payload_key_t pkey;
+  if (c->payload_dir[0]) {
+    if (strcmp(c->payload_capture, "all") != 0 && strcmp(c->payload_capture, "none") != 0) {
+      snprintf(err, errlen, "--payload-capture must be all or none, got '%s'", c->payload_capture);
+      return -1;
+    }
+    ac.payload_dir = c->payload_dir;
+    ac.payload_max_bytes = c->payload_max_bytes;
+    ac.payload_max_age_s = c->payload_max_age_s;
+    if (c->payload_key[0]) {
+      char kerr[600];
+      if (tpu_payload_load_key(c->payload_key, &pkey, kerr, sizeof kerr) != 0) {
+        snprintf(err, errlen, "--payload-key: %s", kerr);
+        return -1;
+      }
+      ac.payload_key = &pkey;
+    }
+  }
   /* A file-size limit (ulimit -f) must fail a write with EFBIG, which the log survives and
    * reports, not kill the daemon. */
   signal(SIGXFSZ, SIG_IGN);
   char aerr[768];
-  if (tpu_audit_open(&ac, &srv->audit, aerr, sizeof aerr) != 0) {
+  int rc = tpu_audit_open(&ac, &srv->audit, aerr, sizeof aerr);
+  OPENSSL_cleanse(&pkey, sizeof pkey); /* the log holds its copy */
+  if (rc != 0) {
     snprintf(err, errlen, "--audit-log %s: %s", c->audit_log, aerr);
     srv->audit = NULL;
     return -1;
@@ -79,6 +105,14 @@ int tpu__audit_start(tpu_server_t *srv, char *err, size_t errlen) {
                !ac.head_path ? "<log>.head" : *ac.head_path ? ac.head_path : "none",
                (unsigned long long)c->audit_max_bytes, c->audit_max_bytes ? "" : " (never)",
                c->audit_fail_open ? "open" : "closed");
+  if (c->payload_dir[0])
+    tpu_log_info("payload store %s: capture %s, %s, at most %llu bytes%s, %llu s%s",
+                 c->payload_dir,
+                 strcmp(c->payload_capture, "all") == 0 ? "every model unless its model.json "
+                 "opts out" : "only models whose model.json asks",
+                 ac.payload_key ? "AES-256-GCM" : "in clear",
+                 (unsigned long long)c->payload_max_bytes, c->payload_max_bytes ? "" : " (no limit)",
+                 (unsigned long long)c->payload_max_age_s, c->payload_max_age_s ? "" : " (no limit)");
   /* The effective options, as GET /v2/debug/config shows them. */
   json_t *cfg = tpu_config_to_json(c);
   char *text = cfg ? json_dumps(cfg, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
@@ -158,10 +192,11 @@ void tpu__audit_record(tpu_server_t *srv, const tpu_audit_record_t *rec, tpu__au
   k->fail_open = srv->cfg.audit_fail_open;
   tpu_audit_t *a = tpu__audit_enter(srv);
   if (!a) {
+    free(rec->payload);
     k->done(k, 0);
     return;
   }
-  int rc = tpu_audit_submit(a, rec, on_written, k);
+  int rc = tpu_audit_submit(a, rec, on_written, k); /* owns rec->payload now */
   tpu__audit_leave(srv);
   if (rc != 0) k->done(k, !k->fail_open); /* refused (queue full or closing): no callback */
 }

@@ -930,6 +930,34 @@ static const char *precision_name(tpu_dtype_t t) {
   return t == TPU_DTYPE_BF16 ? "bf16" : t == TPU_DTYPE_INT8 ? "int8" : "fp32";
 }
 
+/* The payload entry of a finished request (audit/payload.h): every input and output tensor, the
+ * packed bytes the digests cover, in OIP raw form. Compute thread. Without memory the record
+ * goes without (its payload field says ""), and a warning says so. */
+static void capture_infer(tpu__call_t *call, tpu_audit_record_t *rec) {
+  tpu__model_t *m = call->model;
+  const tpu_batch_req_t *b = &call->u.infer.breq;
+  tpu_payload_tensor_t in[TPU_MODEL_MAX_IO], out[TPU_MODEL_MAX_IO];
+  for (size_t i = 0; i < m->nin; i++) {
+    const tpu_model_tensor_t *t = tpu_model_input(m->model, i);
+    in[i] = (tpu_payload_tensor_t){t->name, t->datatype, t->rank, t->shape,
+                                   (const unsigned char *)b->in + t->offset, b->rows, m->in_row,
+                                   t->row_bytes};
+  }
+  for (size_t j = 0; j < m->nout; j++) {
+    const tpu_model_tensor_t *t = tpu_model_output(m->model, j);
+    out[j] = (tpu_payload_tensor_t){t->name, t->datatype, t->rank, t->shape,
+                                    (const unsigned char *)call->u.infer.out + t->offset, b->rows,
+                                    m->out_row, t->row_bytes};
+  }
+  tpu_audit_t *a = tpu__audit_enter(call->srv);
+  if (!a) return;
+  if (tpu_audit_capture(a, m->name, m->version_str, b->rows, in, m->nin, out, m->nout,
+                        &rec->payload) != 0)
+    tpu_log_warn("%s: request %s: its payload could not be captured (out of memory)", m->label,
+                 rec->request_id ? rec->request_id : "");
+  tpu__audit_leave(call->srv);
+}
+
 static void digest_infer(tpu__call_t *call, tpu_audit_record_t *rec, tpu__digest_t *d) {
   tpu__model_t *m = call->model;
   Inference__ModelInferRequest *q = (Inference__ModelInferRequest *)call->request;
@@ -948,6 +976,7 @@ static void digest_infer(tpu__call_t *call, tpu_audit_record_t *rec, tpu__digest
   rec->checkpoint_sha256 = tpu_model_sha256(m->model);
   rec->reference = tpu_model_reference_result(m->model);
   rec->precision = precision_name(tpu_model_precision(m->model));
+  if (m->capture && call->code == TPU_CODE_OK) capture_infer(call, rec);
 }
 
 static size_t answer_size_infer(const tpu__call_t *call) {

@@ -641,7 +641,7 @@ tpu_status_t tpu_model_config_parse(const char *json, size_t len, const char *na
   static const char *const keys[] = {"format",    "inputs",   "outputs",
                                      "layers",    "precision", "precision_overrides",
                                      "batching",  "checkpoint", "reference",
-                                     "calibration", "labels", NULL};
+                                     "calibration", "labels", "payload_capture", NULL};
   ctx_t c = {name ? name : "model.json", err, errlen};
   char g[96];
   tpu_status_t rc;
@@ -749,6 +749,15 @@ tpu_status_t tpu_model_config_parse(const char *json, size_t len, const char *na
     goto fail;
   if ((rc = parse_labels(&c, json_object_get(root, "labels"), cfg)) != TPU_OK) goto fail;
   if ((rc = parse_batching(&c, json_object_get(root, "batching"), cfg)) != TPU_OK) goto fail;
+  json_t *pc = json_object_get(root, "payload_capture");
+  if (pc) {
+    if (!json_is_boolean(pc)) {
+      rc = fail(&c, TPU_EINVAL, "payload_capture: expected true or false, got %s",
+                got(g, sizeof g, pc));
+      goto fail;
+    }
+    cfg->payload_capture = json_is_true(pc) ? TPU_MODEL_CAPTURE_ON : TPU_MODEL_CAPTURE_OFF;
+  }
   if ((rc = parse_checkpoint(&c, json_object_get(root, "checkpoint"), cfg)) != TPU_OK) goto fail;
   json_decref(root);
   *out = cfg;

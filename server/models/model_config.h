@@ -171,7 +171,12 @@ typedef struct {
   size_t nexternal;
   tpu_model_labels_config_t *labels; /* "labels", at most one file per output */
   size_t nlabels;
+  int payload_capture; /* "payload_capture": TPU_MODEL_CAPTURE_* (absent: the server's default) */
 } tpu_model_config_t;
+
+#define TPU_MODEL_CAPTURE_DEFAULT 0 /* as --payload-capture says */
+#define TPU_MODEL_CAPTURE_ON 1      /* capture (the server must have a payload store) */
+#define TPU_MODEL_CAPTURE_OFF 2     /* never capture this model's requests */
 
 /* Reads (tpu_file_read: a regular file, at most TPU_MODEL_CONFIG_MAX_BYTES) and validates the
  * model.json at `path` (also the prefix of error messages). On success *out is a new config to

@@ -675,6 +675,22 @@ static int instance_load(tpu__repo_t *r, const char *name, const char *vdir, uin
   m->in_row = tpu_model_in_row_bytes(m->model);
   m->out_row = tpu_model_out_row_bytes(m->model);
   m->batched = tpu_model_batched(m->model);
+  /* Payload capture: model.json's payload_capture, else --payload-capture. A model that asks
+   * for it is refused by a server without a store rather than served uncaptured. */
+  int pc = tpu_model_config(m->model)->payload_capture;
+  tpu_audit_t *au = tpu__audit_enter(srv);
+  int store = au && tpu_audit_capturing(au);
+  if (au) tpu__audit_leave(srv);
+  if (pc == TPU_MODEL_CAPTURE_ON && !store) {
+    snprintf(err, errlen, "model.json asks for \"payload_capture\": true, but this server has "
+             "no payload store (start it with --audit-log and --payload-dir)");
+    tpu_model_free(m->model);
+    free(m);
+    return -1;
+  }
+  m->capture = store && (pc == TPU_MODEL_CAPTURE_ON ||
+                         (pc == TPU_MODEL_CAPTURE_DEFAULT &&
+                          strcmp(srv->cfg.payload_capture, "none") != 0));
   const char *fmt = tpu_model_format_name(m->model);
   m->platform = strcmp(fmt, "onnx") == 0 ? "tpud_onnx"
                 : strcmp(fmt, "xgboost") == 0 ? "tpud_xgboost" : "tpud";

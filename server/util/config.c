@@ -101,6 +101,18 @@ static const opt_t options[] = {
      "rotate the audit log at this size (SIGHUP also rotates); 0 = size never rotates"},
     {"audit-fail-open", OPT_BOOL, OFF(audit_fail_open), 0, 0, 1, "off", "switch",
      "keep serving when the audit log cannot be written, counting lost records"},
+    {"payload-dir", OPT_STR, OFF(payload_dir), SZ(payload_dir), 0, 0, "none (no capture)",
+     "directory", "payload store: each request's input and output tensors, referenced from its "
+     "audit record (needs --audit-log); `tpuctl audit replay` recomputes them"},
+    {"payload-capture", OPT_STR, OFF(payload_capture), SZ(payload_capture), 0, 0, "all",
+     "all|none", "with --payload-dir: capture every model's requests, or only those of models "
+     "whose model.json says \"payload_capture\": true (false there opts a model out)"},
+    {"payload-key", OPT_STR, OFF(payload_key), SZ(payload_key), 0, 0, "none (in clear)", "file",
+     "encrypt payload entries at rest with AES-256-GCM: a key of 32 bytes or 64 hex digits"},
+    {"payload-max-bytes", OPT_U64, OFF(payload_max_bytes), 0, 0, (uint64_t)1 << 50, "0", "bytes",
+     "delete the oldest payload files while the store holds more; 0 = no limit"},
+    {"payload-max-age", OPT_U64, OFF(payload_max_age_s), 0, 0, (uint64_t)1 << 40, "0", "seconds",
+     "delete payload files whose last entry is older; 0 = no limit"},
     {"tls-cert", OPT_STR, OFF(tls_cert), SZ(tls_cert), 0, 0, "none (no TLS)", "file",
      "PEM certificate chain: TLS on the native port (and HTTPS, see --http-tls)"},
     {"tls-key", OPT_STR, OFF(tls_key), SZ(tls_key), 0, 0, "the --tls-cert file", "file",
@@ -151,6 +163,7 @@ void tpu_config_defaults(tpu_config_t *cfg) {
   cfg->queue_rows = 4096;
   cfg->model_memory_limit = (uint64_t)2 << 30;
   cfg->drain_timeout_s = 10;
+  memcpy(cfg->payload_capture, "all", 4);
   cfg->poll_seconds = 5;
   cfg->audit_fsync = TPU_AUDIT_FSYNC_INTERVAL;
   cfg->audit_fsync_interval_ms = 100;

@@ -50,6 +50,13 @@ typedef struct {
   unsigned audit_fsync_interval_ms; /* milliseconds between fdatasyncs with `interval` */
   uint64_t audit_max_bytes;    /* bytes: rotate a file at this size; 0 = only on SIGHUP */
   int audit_fail_open;         /* 1: serve on (counting lost records) when it cannot write */
+  /* Payload store (audit/payload.h); payload_dir "" = none. */
+  char payload_dir[4096];      /* the store's directory */
+  char payload_capture[8];     /* "all" (default) or "none": models capture unless model.json
+                                * says otherwise / only when model.json asks */
+  char payload_key[4096];      /* AES-256-GCM key file; "" = entries in clear */
+  uint64_t payload_max_bytes;  /* bytes the store holds at most; 0 = no limit */
+  uint64_t payload_max_age_s;  /* seconds an entry is kept; 0 = no limit */
   /* TLS and access control (tls.h, auth.h); "" = off. */
   char tls_cert[4096];         /* PEM certificate chain: TLS on the native port */
   char tls_key[4096];          /* PEM private key; "" = in tls_cert */

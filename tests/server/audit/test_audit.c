@@ -214,14 +214,15 @@ static void test_format_and_chain(void) {
                          "model",        "version",      "input_sha256", "output_sha256",
                          "status",       "message",      "queue_us",  "compute_us", "batch_id",
                          "bucket",       "checkpoint_sha256", "reference", "kernels",
-                         "precision",    "prev",         "hash"};
-  CU_ASSERT_EQUAL(json_object_size(v[0]), 21);
-  for (size_t i = 0; i < 21; i++) CU_ASSERT_PTR_NOT_NULL(json_object_get(v[0], order[i]));
+                         "precision",    "payload",      "payload_sha256", "prev",
+                         "hash"};
+  CU_ASSERT_EQUAL(json_object_size(v[0]), 23);
+  for (size_t i = 0; i < 23; i++) CU_ASSERT_PTR_NOT_NULL(json_object_get(v[0], order[i]));
   /* ... in that order, in the bytes (what the hash covers). */
   s = slurp(logp, &len);
   CU_ASSERT_PTR_NOT_NULL_FATAL(s);
   const char *at = s;
-  for (size_t i = 0; i < 21; i++) {
+  for (size_t i = 0; i < 23; i++) {
     char key[40];
     snprintf(key, sizeof key, "\"%s\":", order[i]);
     const char *f = strstr(at, key);

@@ -233,7 +233,8 @@ static void test_labels(void) {
 static void test_unknown_field(void) {
   expect_err(CFG(NULL, NULL, NULL, "\"precison\": \"int8\"", NULL, NULL),
              "model.json: unknown field \"precison\" (expected format, inputs, outputs, layers, "
-             "precision, precision_overrides, batching, checkpoint, reference, calibration, labels)");
+             "precision, precision_overrides, batching, checkpoint, reference, calibration, labels, "
+             "payload_capture)");
   expect_err(CFG("\"inputs\": [{\"name\": \"x\", \"datatype\": \"FP32\", \"shape\": [-1, 4], "
                  "\"dims\": 1}]", NULL, NULL, NULL, NULL, NULL),
              "inputs[0]: unknown field \"dims\"");
