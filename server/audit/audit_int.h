@@ -24,6 +24,10 @@
 /* Appends s as a JSON string (quoted, escaped, invalid UTF-8 as U+FFFD). */
 void tpu__audit_json_str(tpu_buf_t *b, const char *s);
 
+/* SHA-256 as OpenSSL's EVP_MD, fetched once (any thread). */
+struct evp_md_st;
+const struct evp_md_st *tpu__audit_sha256_md(void);
+
 /* hash (65 bytes with NUL) of canonical bytes: HMAC-SHA256 when keylen > 0, else SHA-256. */
 void tpu__audit_mac(const uint8_t *key, size_t keylen, const void *data, size_t len,
                     char hex[65]);

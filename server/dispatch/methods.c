@@ -905,24 +905,22 @@ static void digest_rows(const unsigned char *base, size_t rows, size_t stride,
     tpu_audit_sha256_hex(base, rows * stride, hex);
     return;
   }
-  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int mdlen = 0;
-  int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-  for (size_t i = 0; ok && i < n; i++) {
+  tpu_audit_sha256_t d;
+  if (tpu_audit_sha256_init(&d) != 0) {
+    memset(hex, '0', 64);
+    hex[64] = '\0';
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
     const tpu_model_tensor_t *t = outputs ? tpu_model_output(m->model, i)
                                           : tpu_model_input(m->model, i);
-    for (size_t r = 0; ok && r < rows; r++)
-      ok = EVP_DigestUpdate(ctx, base + r * stride + t->offset, t->row_bytes);
+    for (size_t r = 0; r < rows; r++) tpu_audit_sha256_update(&d, base + r * stride + t->offset, t->row_bytes);
   }
-  ok = ok && EVP_DigestFinal_ex(ctx, md, &mdlen) && mdlen == 32;
-  EVP_MD_CTX_free(ctx);
-  static const char digits[] = "0123456789abcdef";
-  for (int i = 0; i < 32; i++) {
-    hex[2 * i] = ok ? digits[md[i] >> 4] : '0';
-    hex[2 * i + 1] = ok ? digits[md[i] & 15] : '0';
+  tpu_audit_sha256_final(&d, hex);
+  if (!hex[0]) {
+    memset(hex, '0', 64);
+    hex[64] = '\0';
   }
-  hex[64] = '\0';
 }
 
 /* model.json's spelling of a precision, for the audit record. */
