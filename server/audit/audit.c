@@ -401,6 +401,8 @@ static void node_free(node_t *n) {
   free(n);
 }
 
+static void payload_stats(tpu_audit_t *a);
+
 static void finish_nodes(node_t *n, int status) {
   while (n) {
     node_t *next = n->next;
@@ -744,7 +746,10 @@ static int commit(tpu_audit_t *a) {
     break;
   }
   a->good_off += a->batch.len;
-  if (a->ps) tpu_pstore_committed(a->ps);
+  if (a->ps) {
+    tpu_pstore_committed(a->ps);
+    payload_stats(a);
+  }
   atomic_fetch_add(&a->st_bytes, a->batch.len);
   atomic_fetch_add(&a->st_written, a->blast_seq - a->disk_seq);
   a->disk_seq = a->blast_seq;
@@ -952,6 +957,16 @@ static void fire_pending(tpu_audit_t *a) {
       }
 }
 
+/* The store's counters, for tpu_audit_payload_stats (other threads). */
+static void payload_stats(tpu_audit_t *a) {
+  tpu_pstore_stats_t st;
+  tpu_pstore_stats(a->ps, &st);
+  atomic_store(&a->st_p_entries, st.entries);
+  atomic_store(&a->st_p_bytes, st.bytes);
+  atomic_store(&a->st_p_files_deleted, st.files_deleted);
+  atomic_store(&a->st_p_bytes_deleted, st.bytes_deleted);
+}
+
 /* A payload file was deleted by retention: a record says which and why. */
 static void report_expired(void *ctx, const char *message) {
   tpu_audit_t *a = ctx;
@@ -971,12 +986,7 @@ static void maintain_payloads(tpu_audit_t *a) {
   if (!a->ps || batch_pending(a)) return;
   a->last_maintain_us = tpu_now_us();
   tpu_pstore_maintain(a->ps, report_expired, a);
-  tpu_pstore_stats_t st;
-  tpu_pstore_stats(a->ps, &st);
-  atomic_store(&a->st_p_entries, st.entries);
-  atomic_store(&a->st_p_bytes, st.bytes);
-  atomic_store(&a->st_p_files_deleted, st.files_deleted);
-  atomic_store(&a->st_p_bytes_deleted, st.bytes_deleted);
+  payload_stats(a);
 }
 
 static void *writer_main(void *arg) {

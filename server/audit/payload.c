@@ -268,6 +268,7 @@ struct tpu_pstore {
   int cut_needed;     /* bytes past good_off may be there (a failed or taken-back write) */
   int dirty;          /* written since the last fdatasync */
   tpu_buf_t staged;
+  size_t nstaged;     /* entries in staged */
   uint64_t entries, files_deleted, bytes_deleted;
 };
 
@@ -409,12 +410,14 @@ int tpu_pstore_stage(tpu_pstore_t *ps, uint64_t seq, const tpu_payload_blob_t *b
   tpu_buf_add(&ps->staged, fr, sizeof fr);
   tpu_buf_add(&ps->staged, blob->data, blob->len);
   if (ps->staged.oom) return ENOMEM;
+  ps->nstaged++;
   snprintf(ref, TPU_PAYLOAD_REF_MAX, "%s@%" PRIu64, ps->cur, off);
   return 0;
 }
 
 void tpu_pstore_unstage(tpu_pstore_t *ps) {
   tpu_buf_free(&ps->staged); /* also clears oom */
+  ps->nstaged = 0;
   ps->cut_needed = 1;
 }
 
@@ -456,7 +459,8 @@ void tpu_pstore_committed(tpu_pstore_t *ps) {
   ps->good_off += ps->staged.len;
   ps->cut_needed = 0;
   tpu_buf_clear(&ps->staged);
-  ps->entries++;
+  ps->entries += ps->nstaged;
+  ps->nstaged = 0;
 }
 
 int tpu_pstore_sync(tpu_pstore_t *ps) {

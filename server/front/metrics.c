@@ -313,6 +313,9 @@ static void render_audit(tpu_buf_t *b, tpu_server_t *srv) {
   if (!a) return;
   tpu_audit_stats_t st;
   tpu_audit_stats(a, &st);
+  int capturing = tpu_audit_capturing(a);
+  tpu_pstore_stats_t ps;
+  tpu_audit_payload_stats(a, &ps);
   tpu__audit_leave(srv);
   static const struct {
     const char *name, *type, *help;
@@ -334,6 +337,22 @@ static void render_audit(tpu_buf_t *b, tpu_server_t *srv) {
   for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
     tpu_metrics_family(b, fam[i].name, fam[i].type, fam[i].help);
     tpu_metrics_u64(b, fam[i].name, NULL, 0, v[i]);
+  }
+  if (!capturing) return;
+  static const struct {
+    const char *name, *type, *help;
+  } pfam[] = {
+      {"tpud_payload_entries_total", "counter",
+       "request payloads (input and output tensors) written to the payload store"},
+      {"tpud_payload_bytes", "gauge", "bytes the payload store holds (--payload-dir)"},
+      {"tpud_payload_files_deleted_total", "counter",
+       "payload files deleted by retention (--payload-max-bytes, --payload-max-age)"},
+      {"tpud_payload_bytes_deleted_total", "counter", "bytes of the payload files deleted"},
+  };
+  uint64_t pv[] = {ps.entries, ps.bytes, ps.files_deleted, ps.bytes_deleted};
+  for (size_t i = 0; i < sizeof pfam / sizeof pfam[0]; i++) {
+    tpu_metrics_family(b, pfam[i].name, pfam[i].type, pfam[i].help);
+    tpu_metrics_u64(b, pfam[i].name, NULL, 0, pv[i]);
   }
 }
 

@@ -147,6 +147,10 @@ start b --audit-log "$WORK/b/audit.log" --payload-dir "$WORK/b/payload"
 "$BENCH" --addr "127.0.0.1:$HPORT" --protocol http --model fraud \
   --input-file "$WORK/bodies/fraud.json" -c 2 -n 50 --warmup 0 >/dev/null 2>&1 || fail "B: tpubench fraud"
 curl -s -o /dev/null "http://127.0.0.1:$HPORT/v2/models/digits/infer" -d @"$WORK/bodies/marker.json"
+curl -s "http://127.0.0.1:$HPORT/metrics" >"$WORK/b/metrics"
+entries=$(sed -n 's/^tpud_payload_entries_total \([0-9]*\)$/\1/p' "$WORK/b/metrics")
+[ -n "$entries" ] && [ "$entries" -ge 251 ] && grep -q '^tpud_payload_bytes [1-9]' "$WORK/b/metrics" ||
+  fail "B: /metrics: tpud_payload_entries_total '$entries' (expected >= 251)"
 stop b
 $PY "$HELPER" grep "$WORK/bodies/marker.bin" "$WORK"/b/payload/payload.* >/dev/null ||
   fail "B: the marker's bytes are not found in the clear store (the check in A could not fail)"

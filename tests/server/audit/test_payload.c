@@ -305,6 +305,8 @@ static void test_writer_failures_and_deleted_log(void) {
   CU_ASSERT_EQUAL(tpu_audit_flush(a, 5000), 0);
   tpu_pstore_stats_t ps;
   tpu_audit_payload_stats(a, &ps);
+  CU_ASSERT_EQUAL(ps.entries, 120); /* 40 went with the deleted log's batch, then again */
+  CU_ASSERT(ps.bytes > 0);
   tpu_audit_close(a);
   CU_ASSERT_EQUAL(check_log(&key), 40); /* the new file: the 40 records after the gap */
   rm_tree(dir);
