@@ -82,8 +82,8 @@ SAN_CHECK = if ls $(1)/san/* >/dev/null 2>&1; then cat $(1)/san/*; \
               echo "$(1): sanitizer reports above (files in $(1)/san/)" >&2; exit 1; fi
 # The suites that start threads (engine pool, batcher, audit writer, repository, client) and the
 # integration scripts that drive tpud's I/O threads over loopback.
-TSAN_SUITES ?= engine_pool engine server_batcher audit repository model tpuclient tpuclient_async server_queue server_sock server_tls net_io dispatch server_fifo
-TSAN_SCRIPTS ?= test_server|test_http|test_repository|test_grpc|test_catalogue|test_conn|test_faults
+TSAN_SUITES ?= engine_pool engine server_batcher audit payload repository model tpuclient tpuclient_async server_queue server_sock server_tls net_io dispatch server_fifo
+TSAN_SCRIPTS ?= test_server|test_http|test_repository|test_grpc|test_catalogue|test_conn|test_faults|test_replay
 
 # libFuzzer targets (tests/fuzz): build, run each for FUZZ_SECONDS, fail on any finding.
 fuzz:

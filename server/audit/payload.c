@@ -644,30 +644,43 @@ tpu_payload_status_t tpu_payload_read(const char *dir, const char *ref, uint64_t
              "changed since it was written", name, off, hex, sha256);
     return TPU_PAYLOAD_TAMPERED;
   }
+  char inner[1000];
+  tpu_payload_status_t rc = tpu_payload_parse_entry(e, len, key, out, inner, sizeof inner);
+  if (rc != TPU_PAYLOAD_OK) snprintf(why, whylen, "%s@%" PRIu64 ": %s", name, off, inner);
+  free(e);
+  return rc;
+}
+
+tpu_payload_status_t tpu_payload_parse_entry(const unsigned char *e, size_t len,
+                                             const tpu_payload_key_t *key, tpu_payload_t **out,
+                                             char *why, size_t whylen) {
+  *out = NULL;
+  why[0] = '\0';
   tpu_payload_status_t rc = TPU_PAYLOAD_BAD;
+  if (len < TPU_PAYLOAD_ENTRY_HEAD || len > INT32_MAX) {
+    snprintf(why, whylen, "not an entry of a format this build reads (%zu bytes)", len);
+    return rc;
+  }
   uint32_t body_len = get32(e + 28);
   int cipher = e[5];
   unsigned char *body = NULL;
   if (memcmp(e, "TPUE", 4) != 0 || e[4] != 1 || cipher > 1 ||
       (size_t)TPU_PAYLOAD_ENTRY_HEAD + body_len + (cipher ? TPU_PAYLOAD_TAG_BYTES : 0) != len) {
-    snprintf(why, whylen, "%s@%" PRIu64 ": not an entry of a format this build reads", name, off);
-    goto out;
+    snprintf(why, whylen, "not an entry of a format this build reads");
+    return rc;
   }
   if (cipher) {
     char want[17], have[17];
     hex8(e + 8, want);
     if (!key) {
-      snprintf(why, whylen, "%s@%" PRIu64 " is encrypted (key id %s): give --payload-key", name,
-               off, want);
-      rc = TPU_PAYLOAD_KEY;
-      goto out;
+      snprintf(why, whylen, "the entry is encrypted with key id %s: give --payload-key", want);
+      return TPU_PAYLOAD_KEY;
     }
     hex8(key->id, have);
     if (memcmp(key->id, e + 8, 8) != 0) {
-      snprintf(why, whylen, "%s@%" PRIu64 " was encrypted with key id %s; --payload-key is key "
-               "id %s: the wrong key", name, off, want, have);
-      rc = TPU_PAYLOAD_KEY;
-      goto out;
+      snprintf(why, whylen, "the entry was encrypted with key id %s; --payload-key is key id %s: "
+               "the wrong key", want, have);
+      return TPU_PAYLOAD_KEY;
     }
     body = malloc(body_len ? body_len : 1);
     EVP_CIPHER_CTX *c = body ? EVP_CIPHER_CTX_new() : NULL;
@@ -676,14 +689,15 @@ tpu_payload_status_t tpu_payload_read(const char *dir, const char *ref, uint64_t
              EVP_DecryptUpdate(c, NULL, &n, e, TPU_PAYLOAD_ENTRY_HEAD) == 1 &&
              EVP_DecryptUpdate(c, body, &n, e + TPU_PAYLOAD_ENTRY_HEAD, (int)body_len) == 1 &&
              EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, TPU_PAYLOAD_TAG_BYTES,
-                                 e + TPU_PAYLOAD_ENTRY_HEAD + body_len) == 1 &&
+                                 (void *)(e + TPU_PAYLOAD_ENTRY_HEAD + body_len)) == 1 &&
              EVP_DecryptFinal_ex(c, body + n, &fin) == 1;
     EVP_CIPHER_CTX_free(c);
     if (!ok) {
-      snprintf(why, whylen, "%s@%" PRIu64 ": AES-256-GCM rejects the entry (its tag does not "
-               "match): changed since it was written", name, off);
-      rc = TPU_PAYLOAD_TAMPERED;
-      goto out;
+      if (body) OPENSSL_cleanse(body, body_len);
+      free(body);
+      snprintf(why, whylen, "AES-256-GCM rejects the entry (its tag does not match): changed "
+               "since it was written");
+      return TPU_PAYLOAD_TAMPERED;
     }
   } else {
     body = malloc(body_len ? body_len : 1);
@@ -691,15 +705,16 @@ tpu_payload_status_t tpu_payload_read(const char *dir, const char *ref, uint64_t
   }
   tpu_payload_t *p = body ? calloc(1, sizeof *p) : NULL;
   if (!p) {
+    free(body);
     snprintf(why, whylen, "out of memory");
-    goto out;
+    return rc;
   }
   p->body = body;
   p->encrypted = cipher;
-  body = NULL;
-  uint32_t hlen = body_len >= 4 ? get32(p->body) : UINT32_MAX;
-  json_t *h = hlen <= body_len - 4 ? json_loadb((const char *)p->body + 4, hlen, 0, NULL) : NULL;
-  const unsigned char *q = p->body + 4 + (h ? hlen : 0), *end = p->body + body_len;
+  uint32_t hlen = body_len >= 4 ? get32(p->body) : 0;
+  json_t *h = body_len >= 4 && hlen <= body_len - 4
+                  ? json_loadb((const char *)p->body + 4, hlen, 0, NULL) : NULL;
+  const unsigned char *q = h ? p->body + 4 + hlen : NULL, *end = p->body + body_len;
   const char *m = json_string_value(json_object_get(h, "model"));
   const char *v = json_string_value(json_object_get(h, "version"));
   json_t *rows = json_object_get(h, "rows");
@@ -708,20 +723,15 @@ tpu_payload_status_t tpu_payload_read(const char *dir, const char *ref, uint64_t
       parse_tensors(json_object_get(h, "outputs"), p->out, &p->nout, &q, end) != 0 || q != end) {
     json_decref(h);
     tpu_payload_free(p);
-    snprintf(why, whylen, "%s@%" PRIu64 ": the entry's header does not describe its bytes", name,
-             off);
-    goto out;
+    snprintf(why, whylen, "the entry's header does not describe its bytes");
+    return rc;
   }
   snprintf(p->model, sizeof p->model, "%s", m);
   snprintf(p->version, sizeof p->version, "%s", v);
   p->rows = (size_t)json_integer_value(rows);
   json_decref(h);
   *out = p;
-  rc = TPU_PAYLOAD_OK;
-out:
-  free(body);
-  free(e);
-  return rc;
+  return TPU_PAYLOAD_OK;
 }
 
 void tpu_payload_free(tpu_payload_t *p) {

@@ -151,5 +151,10 @@ tpu_payload_status_t tpu_payload_read(const char *dir, const char *ref, uint64_t
                                       const char *sha256, const tpu_payload_key_t *key,
                                       tpu_payload_t **out, char *why, size_t whylen);
 void tpu_payload_free(tpu_payload_t *p);
+/* The checks after the digest, on an entry's bytes in memory (what tpu_payload_read does once
+ * it has found them): format, key, GCM tag, header. why has no location. */
+tpu_payload_status_t tpu_payload_parse_entry(const unsigned char *e, size_t len,
+                                             const tpu_payload_key_t *key, tpu_payload_t **out,
+                                             char *why, size_t whylen);
 
 #endif /* TPU_PAYLOAD_H */

@@ -351,4 +351,24 @@ write("fuzz_graph", "quant", g_prog(0, 1, [2], [g_input("FP32", [2, 4], True)], 
 write("fuzz_graph", "where_cast", g_prog(0, 0, [3], [g_input("FP32", [2, 3], True),
     g_input("BOOL", [3], False)], [g_node("Where", [0, 1, 1]),
     g_node("Cast", [0], bytes([0x01, 9]), 1), g_node("Concat", [0, 0], bytes([0x01, 1]), 1)], small))
+
+# fuzz_payload: byte 0 flags (1 = parse with the zero key), then one entry (server/audit/payload.h):
+# "TPUE" | format 1 | cipher | 0 0 | key id[8] | nonce[12] | u32 body_len | body (u32 header_len,
+# header JSON, tensor bytes).
+def payload_entry(header, tensors, cipher=0):
+    h = json.dumps(header, separators=(",", ":")).encode()
+    body = struct.pack("<I", len(h)) + h + tensors
+    return (b"TPUE" + bytes([1, cipher, 0, 0]) + bytes(8) + bytes(12) + struct.pack("<I", len(body))
+            + body + (bytes(16) if cipher else b""))
+pin = f32s([0.5, 1.5, -2.0, 3.25])
+pout = f32s([0.25, 0.75])
+hdr = {"model": "fraud", "version": "3", "rows": 2,
+       "inputs": [{"name": "num", "datatype": "FP32", "shape": [2, 2], "bytes": 16}],
+       "outputs": [{"name": "score", "datatype": "FP32", "shape": [2, 1], "bytes": 8}]}
+write("fuzz_payload", "clear", b"\x00" + payload_entry(hdr, pin + pout))
+write("fuzz_payload", "sealed_no_key", b"\x00" + payload_entry(hdr, pin + pout, cipher=1))
+write("fuzz_payload", "sealed_bad_tag", b"\x01" + payload_entry(hdr, pin + pout, cipher=1))
+hdr2 = dict(hdr, inputs=[], outputs=[])
+write("fuzz_payload", "empty", b"\x00" + payload_entry(hdr2, b""))
+
 print("corpus written to", os.path.join(HERE, "corpus"))

@@ -136,7 +136,7 @@ rc=$?
 replay a/nokey --repository "$WORK/repo" --payload-dir "$WORK/a/payload" --seq "$MSEQ" \
   "$WORK/a/audit.log"
 rc=$?
-[ $rc = 1 ] && grep -q "is encrypted (key id [0-9a-f]*): give --payload-key" "$WORK/a/nokey" ||
+[ $rc = 1 ] && grep -q "encrypted with key id [0-9a-f]*: give --payload-key" "$WORK/a/nokey" ||
   fail "A: no key, exit $rc: $(cat "$WORK/a/nokey")"
 
 echo "-- B: tampering, a clear store"
