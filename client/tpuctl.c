@@ -604,6 +604,101 @@ static const char *flag_name(unsigned bit) {
   return "?";
 }
 
+#ifdef TPUCTL_REPLAY
+/* `audit replay --server ADDR`: the server, through this library (replay.h). The global flags
+ * before `audit` give TLS, the token and the timeout. */
+static struct {
+  const char *tls_ca, *tls_cert, *tls_key, *token;
+  int timeout_ms;
+} remote_opts;
+
+static void remote_global(const char *name, const char *value) {
+  if (!value) return;
+  if (!strcmp(name, "--tls-ca")) remote_opts.tls_ca = value;
+  else if (!strcmp(name, "--tls-cert")) remote_opts.tls_cert = value;
+  else if (!strcmp(name, "--tls-key")) remote_opts.tls_key = value;
+  else if (!strcmp(name, "--token")) remote_opts.token = value;
+  else if (!strcmp(name, "--timeout")) remote_opts.timeout_ms = atoi(value); /* ms */
+}
+
+static int remote_infer(void *ctx, const tpu_payload_t *p, unsigned char **outs, size_t *lens,
+                        char *why, size_t whylen) {
+  tpu_client_t *c = ctx;
+  Inference__ModelInferRequest req = INFERENCE__MODEL_INFER_REQUEST__INIT;
+  Inference__ModelInferRequest__InferInputTensor tin[TPU_PAYLOAD_MAX_TENSORS];
+  Inference__ModelInferRequest__InferInputTensor *tinp[TPU_PAYLOAD_MAX_TENSORS];
+  ProtobufCBinaryData raw[TPU_PAYLOAD_MAX_TENSORS];
+  int64_t shapes[TPU_PAYLOAD_MAX_TENSORS][8];
+  for (size_t i = 0; i < p->nin; i++) {
+    inference__model_infer_request__infer_input_tensor__init(&tin[i]);
+    tin[i].name = (char *)p->in[i].name;
+    tin[i].datatype = (char *)p->in[i].datatype;
+    memcpy(shapes[i], p->in[i].shape, sizeof shapes[i]);
+    tin[i].n_shape = p->in[i].rank;
+    tin[i].shape = shapes[i];
+    tinp[i] = &tin[i];
+    raw[i].data = (uint8_t *)p->in[i].data;
+    raw[i].len = p->in[i].bytes;
+  }
+  req.model_name = (char *)p->model;
+  req.model_version = (char *)p->version;
+  req.id = "tpuctl-replay";
+  req.n_inputs = req.n_raw_input_contents = p->nin;
+  req.inputs = tinp;
+  req.raw_input_contents = raw;
+  Inference__ModelInferResponse *resp = NULL;
+  tpu_client_status_t st = tpu_client_model_infer(c, &req, remote_opts.timeout_ms > 0
+                                                  ? remote_opts.timeout_ms : 30000, &resp);
+  if (st != TPU_CLIENT_OK) {
+    snprintf(why, whylen, "%s", tpu_client_errmsg(c));
+    inference__model_infer_response__free_unpacked(resp, NULL);
+    return -1;
+  }
+  int rc = 0;
+  for (size_t j = 0; j < p->nout && rc == 0; j++) {
+    size_t k = 0;
+    while (k < resp->n_outputs && strcmp(resp->outputs[k]->name, p->out[j].name) != 0) k++;
+    if (k == resp->n_outputs || k >= resp->n_raw_output_contents) {
+      snprintf(why, whylen, "the answer has no raw output '%s'", p->out[j].name);
+      rc = -1;
+      break;
+    }
+    lens[j] = resp->raw_output_contents[k].len;
+    outs[j] = malloc(lens[j] ? lens[j] : 1);
+    if (!outs[j]) {
+      snprintf(why, whylen, "out of memory");
+      rc = -1;
+      break;
+    }
+    memcpy(outs[j], resp->raw_output_contents[k].data, lens[j]);
+  }
+  if (rc != 0)
+    for (size_t j = 0; j < p->nout; j++) free(outs[j]), outs[j] = NULL;
+  inference__model_infer_response__free_unpacked(resp, NULL);
+  return rc;
+}
+
+static void remote_close(void *ctx) { tpu_client_free(ctx); }
+
+static int remote_connect(const char *addr, tpu_replay_remote_t *out, char *why, size_t whylen) {
+  tpu_client_options_t opts;
+  tpu_client_options_init(&opts);
+  if (remote_opts.timeout_ms > 0) opts.timeout_ms = opts.connect_timeout_ms = remote_opts.timeout_ms;
+  opts.tls_ca_file = remote_opts.tls_ca;
+  opts.tls_cert_file = remote_opts.tls_cert;
+  opts.tls_key_file = remote_opts.tls_key;
+  opts.token = remote_opts.token ? remote_opts.token : getenv("TPUCTL_TOKEN");
+  tpu_client_t *c = NULL;
+  if (tpu_client_connect(addr, &opts, &c) != TPU_CLIENT_OK) {
+    snprintf(why, whylen, "%s", c ? tpu_client_errmsg(c) : "out of memory");
+    tpu_client_free(c);
+    return -1;
+  }
+  *out = (tpu_replay_remote_t){.ctx = c, .infer = remote_infer, .close = remote_close};
+  return 0;
+}
+#endif
+
 int main(int argc, char **argv) {
 #ifdef TPUCTL_AUDIT
   /* Offline: reads log files, talks to no server; its own flags (audit_verify.h). Global
@@ -613,12 +708,19 @@ int main(int argc, char **argv) {
                                        "--token", "--timeout", NULL};
   while (at < argc && strncmp(argv[at], "--", 2) == 0) {
     int known = 0;
+    const char *value = NULL, *name = NULL;
     for (const char *const *g = global; *g && !known; g++) {
       size_t n = strlen(*g);
-      if (strncmp(argv[at], *g, n) == 0 && argv[at][n] == '=') known = 1;
-      else if (strcmp(argv[at], *g) == 0) known = 2;
+      if (strncmp(argv[at], *g, n) == 0 && argv[at][n] == '=') known = 1, value = argv[at] + n + 1;
+      else if (strcmp(argv[at], *g) == 0) known = 2, value = at + 1 < argc ? argv[at + 1] : NULL;
+      if (known) name = *g;
     }
     if (!known) break;
+#ifdef TPUCTL_REPLAY
+    remote_global(name, value); /* for `audit replay --server` */
+#else
+    (void)name, (void)value;
+#endif
     at += known;
   }
   if (at < argc && strcmp(argv[at], "audit") == 0) {
@@ -628,7 +730,7 @@ int main(int argc, char **argv) {
       return tpu_audit_verify_cli(argc - 2, argv + 2, stdout, stderr);
 #ifdef TPUCTL_REPLAY
     if (argc > 2 && strcmp(argv[2], "replay") == 0)
-      return tpu_replay_cli(argc - 2, argv + 2, stdout, stderr);
+      return tpu_replay_cli(argc - 2, argv + 2, stdout, stderr, remote_connect);
 #endif
     if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
       printf("usage: %s %s\n\n%s", prog, AUDIT_SYNOPSIS, AUDIT_HELP);

@@ -33,7 +33,8 @@ typedef struct {
 } model_slot_t;
 
 typedef struct {
-  const char *repo, *pdir;
+  const char *repo, *pdir, *server;
+  tpu_replay_remote_t remote;
   tpu_payload_key_t pkey;
   int has_pkey;
   uint8_t key[TPU__AUDIT_KEY_MAX];
@@ -46,6 +47,7 @@ typedef struct {
   model_slot_t *models;
   size_t nmodels;
   uint64_t reproduced, mismatched, unreplayable, skipped, selected;
+
   FILE *out, *err;
 } replay_t;
 
@@ -159,6 +161,66 @@ static void digest_of(const tpu_payload_tensor_view_t *t, size_t n, char hex[65]
 
 enum { R_OK, R_MISMATCH, R_UNREPLAYABLE };
 
+/* The first element where two tensors of datatype dt differ (n bytes each), described; 0 when
+ * they are equal. */
+static int first_diff(const char *name, const char *dt, size_t row_bytes, const unsigned char *a,
+                      const unsigned char *b, size_t n, char *why, size_t whylen) {
+  size_t eb = elem_bytes(dt);
+  for (size_t i = 0; i + eb <= n; i += eb)
+    if (memcmp(a + i, b + i, eb) != 0) {
+      char vals[200];
+      describe_elem(dt, a + i, b + i, vals, sizeof vals);
+      size_t row = row_bytes ? i / row_bytes : 0, k = row_bytes ? (i % row_bytes) / eb : i / eb;
+      snprintf(why, whylen, "output '%s' row %zu element %zu: %s", name, row, k, vals);
+      return 1;
+    }
+  return 0;
+}
+
+/* --server: the inputs to the running server, its answer compared. */
+static int replay_remote(replay_t *r, json_t *rec, const tpu_payload_t *p, char *why,
+                         size_t whylen) {
+  unsigned char *outs[TPU_PAYLOAD_MAX_TENSORS] = {0};
+  size_t lens[TPU_PAYLOAD_MAX_TENSORS] = {0};
+  char rwhy[1200];
+  if (r->remote.infer(r->remote.ctx, p, outs, lens, rwhy, sizeof rwhy) != 0) {
+    snprintf(why, whylen, "the server did not answer it: %s", rwhy);
+    return R_UNREPLAYABLE;
+  }
+  int verdict = R_MISMATCH;
+  tpu_audit_sha256_t d;
+  char hex[65];
+  tpu_audit_sha256_init(&d);
+  for (size_t j = 0; j < p->nout; j++) tpu_audit_sha256_update(&d, outs[j], lens[j]);
+  tpu_audit_sha256_final(&d, hex);
+  if (strcmp(hex, jstr(rec, "output_sha256")) == 0) {
+    verdict = R_OK;
+  } else {
+    int found = 0;
+    for (size_t j = 0; j < p->nout && !found; j++) {
+      const tpu_payload_tensor_view_t *v = &p->out[j];
+      if (lens[j] != v->bytes) {
+        snprintf(why, whylen, "output '%s' has %zu bytes, the captured one %zu", v->name, lens[j],
+                 v->bytes);
+        found = 1;
+      } else {
+        found = first_diff(v->name, v->datatype, p->rows ? v->bytes / p->rows : 0, v->data,
+                           outs[j], v->bytes, why, whylen);
+      }
+    }
+    if (!found)
+      snprintf(why, whylen, "output SHA-256 %s, the record's is %s, though the answer equals the "
+               "captured outputs (the payload does not match its record)", hex,
+               jstr(rec, "output_sha256"));
+    size_t n = strlen(why);
+    snprintf(why + n, whylen - n, " (against the server, whose checkpoint and kernel set replay "
+             "cannot check; the record's: kernels %s, checkpoint %.12s..)", jstr(rec, "kernels"),
+             jstr(rec, "checkpoint_sha256"));
+  }
+  for (size_t j = 0; j < p->nout; j++) free(outs[j]);
+  return verdict;
+}
+
 /* Replays one request record; why receives the verdict's detail. */
 static int replay_one(replay_t *r, json_t *rec, uint64_t seq, char *why, size_t whylen) {
   const char *ref = jstr(rec, "payload"), *psha = jstr(rec, "payload_sha256");
@@ -190,6 +252,10 @@ static int replay_one(replay_t *r, json_t *rec, uint64_t seq, char *why, size_t 
   if (strcmp(p->model, model) != 0 || strcmp(p->version, version) != 0) {
     snprintf(why, whylen, "the payload is of %s/%s, the record of %s/%s", p->model, p->version,
              model, version);
+    goto out;
+  }
+  if (r->server) {
+    verdict = replay_remote(r, rec, p, why, whylen);
     goto out;
   }
   if (!kernels[0]) {
@@ -365,7 +431,7 @@ static int usage(FILE *err, const char *msg) {
   return 2;
 }
 
-int tpu_replay_cli(int argc, char **argv, FILE *out, FILE *err) {
+int tpu_replay_cli(int argc, char **argv, FILE *out, FILE *err, tpu_replay_connect_fn connect) {
   replay_t r;
   memset(&r, 0, sizeof r);
   r.out = out;
@@ -389,6 +455,7 @@ int tpu_replay_cli(int argc, char **argv, FILE *out, FILE *err) {
     if (i + 1 >= argc) return usage(err, "a flag needs a value");
     const char *v = argv[++i];
     if (!strcmp(a, "--repository")) r.repo = v;
+    else if (!strcmp(a, "--server")) r.server = v;
     else if (!strcmp(a, "--payload-dir")) r.pdir = v;
     else if (!strcmp(a, "--request-id")) r.request_id = v;
     else if (!strcmp(a, "--seq")) {
@@ -412,8 +479,17 @@ int tpu_replay_cli(int argc, char **argv, FILE *out, FILE *err) {
       return usage(err, m);
     }
   }
-  if (!r.repo || !r.pdir) return usage(err, "--repository and --payload-dir are required");
+  if (!r.pdir || !r.repo == !r.server)
+    return usage(err, "--payload-dir and one of --repository or --server are required");
   if (i >= argc) return usage(err, "no audit log FILE given");
+  if (r.server) {
+    char cwhy[700];
+    if (!connect) return usage(err, "--server: this tpuctl was built without the client library");
+    if (connect(r.server, &r.remote, cwhy, sizeof cwhy) != 0) {
+      fprintf(err, "tpuctl: --server %s: %s\n", r.server, cwhy);
+      return 2;
+    }
+  }
   tpu_log_set_level(TPU_LOG_WARN); /* model loads log at info: not replay's output */
   char *line = NULL;
   size_t cap = 0;
@@ -440,6 +516,7 @@ int tpu_replay_cli(int argc, char **argv, FILE *out, FILE *err) {
   rc = r.selected && r.reproduced == r.selected ? 0 : 1;
 done:
   free(line);
+  if (r.remote.close) r.remote.close(r.remote.ctx);
   for (size_t k = 0; k < r.nmodels; k++) tpu_model_free(r.models[k].m);
   for (size_t k = 0; k < r.nengines; k++) tpu_engine_free(r.engines[k].engine);
   free(r.models);

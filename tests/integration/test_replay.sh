@@ -147,6 +147,19 @@ start b --audit-log "$WORK/b/audit.log" --payload-dir "$WORK/b/payload"
 "$BENCH" --addr "127.0.0.1:$HPORT" --protocol http --model fraud \
   --input-file "$WORK/bodies/fraud.json" -c 2 -n 50 --warmup 0 >/dev/null 2>&1 || fail "B: tpubench fraud"
 curl -s -o /dev/null "http://127.0.0.1:$HPORT/v2/models/digits/infer" -d @"$WORK/bodies/marker.json"
+# against the running server (a copy of the log: the replays are new records in it)
+cp "$WORK/b/audit.log" "$WORK/b/server.log"
+replay b/server --server "127.0.0.1:$NPORT" --payload-dir "$WORK/b/payload" --quiet "$WORK/b/server.log"
+rc=$?
+[ $rc = 0 ] && grep -q "^replayed [1-9][0-9]* records: [1-9][0-9]* reproduced, 0 mismatched, 0 not replayable" "$WORK/b/server" &&
+  ok "B: against the server: $(tail -1 "$WORK/b/server")" || fail "B: --server, exit $rc: $(tail -3 "$WORK/b/server")"
+SF=$($PY "$HELPER" seqs "$WORK/b/audit.log" digits | sed -n 4p)
+cp -r "$WORK/b/payload" "$WORK/b/sforged"
+$PY "$HELPER" forge "$WORK/b/sforged" "$WORK/b/server.log" "$SF"
+replay b/sforge --server "127.0.0.1:$NPORT" --payload-dir "$WORK/b/sforged" --seq "$SF" "$WORK/b/server.log"
+rc=$?
+[ $rc = 1 ] && grep -q "seq $SF .*MISMATCHED: output 'probs' row 0 element 0: .*(against the server, whose checkpoint and kernel set replay cannot check" "$WORK/b/sforge" ||
+  fail "B: forged answer against the server, exit $rc: $(cat "$WORK/b/sforge")"
 curl -s "http://127.0.0.1:$HPORT/metrics" >"$WORK/b/metrics"
 entries=$(sed -n 's/^tpud_payload_entries_total \([0-9]*\)$/\1/p' "$WORK/b/metrics")
 [ -n "$entries" ] && [ "$entries" -ge 251 ] && grep -q '^tpud_payload_bytes [1-9]' "$WORK/b/metrics" ||
