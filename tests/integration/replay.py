@@ -30,22 +30,10 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from invariance import read_safetensors  # noqa: E402
+
 HASH_SEP = ',"hash":"'
-
-
-def read_safetensors(path):
-    raw = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    head = json.loads(raw[8:8 + n])
-    out = {}
-    types = {"F32": np.float32, "I64": np.int64}
-    for name, t in head.items():
-        if name == "__metadata__":
-            continue
-        a, b = t["data_offsets"]
-        out[name] = np.frombuffer(raw[8 + n + a:8 + n + b], dtype=types[t["dtype"]]).reshape(
-            t["shape"])
-    return out
 
 
 def tensor(name, a, dt):
