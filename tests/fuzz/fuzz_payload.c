@@ -11,6 +11,7 @@
 
 #include "payload.h"
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   tpu_payload_key_t key;

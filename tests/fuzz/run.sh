@@ -12,7 +12,7 @@ build=$1
 seconds=$2
 shift 2
 all=(fuzz_frame fuzz_validate fuzz_oip_json fuzz_safetensors fuzz_model_config fuzz_audit_verify
-     fuzz_http_parser fuzz_grpc fuzz_onnx fuzz_graph)
+     fuzz_http_parser fuzz_grpc fuzz_onnx fuzz_graph fuzz_payload)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 jobs=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
@@ -25,12 +25,13 @@ max_len() {
     fuzz_model_config | fuzz_http_parser) echo 8192 ;;
     fuzz_grpc) echo 1024 ;;             # one header value
     fuzz_graph) echo 4096 ;;            # a byte-code of a dozen nodes and their input bytes
+    fuzz_payload) echo 4096 ;;          # one entry: a header and a few tensors
     *) echo 16384 ;;
   esac
 }
 dict() {
   case $1 in
-    fuzz_oip_json | fuzz_model_config | fuzz_safetensors | fuzz_audit_verify) echo "-dict=$here/json.dict" ;;
+    fuzz_oip_json | fuzz_model_config | fuzz_safetensors | fuzz_audit_verify | fuzz_payload) echo "-dict=$here/json.dict" ;;
     fuzz_http_parser) echo "-dict=$here/http.dict" ;;
   esac
 }
