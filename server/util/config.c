@@ -435,6 +435,7 @@ void tpu_config_usage(FILE *out) {
     snprintf(left, sizeof left, "--%s %s", o->name,
              o->type == OPT_STR     ? (strcmp(o->unit, "file") == 0   ? "FILE"
                                        : strcmp(o->unit, "role") == 0 ? "ROLE"
+                                       : strcmp(o->unit, "all|none") == 0 ? "WHICH"
                                                                       : "DIR")
              : o->type == OPT_LEVEL ? "LEVEL"
              : o->type == OPT_FSYNC ? "POLICY"

@@ -334,6 +334,70 @@ static void test_capture_requires_store(void) {
   rm_tree(dir);
 }
 
-TPU_TEST_SUITE(payload, {"round_trip", test_round_trip}, {"key_files", test_key_files},
+static int nreports;
+static char last_report[700];
+static void on_report(void *ctx, const char *message) {
+  (void)ctx;
+  nreports++;
+  snprintf(last_report, sizeof last_report, "%s", message);
+}
+
+/* Files left by earlier runs count toward --payload-max-bytes: the oldest go first, the store's
+ * current file never, and files that are not the store's are left alone. */
+static void test_retention_across_restarts(void) {
+  fresh();
+  CU_ASSERT_EQUAL_FATAL(mkdir(pdir, 0750), 0);
+  static const char *const old[] = {"payload.00000000000000000001", "payload.00000000000000000500",
+                                    "payload.00000000000000000500-1",
+                                    "payload.00000000000000000900", "notes.txt"};
+  char path[500], blob[100000];
+  memset(blob, 'x', sizeof blob);
+  for (size_t i = 0; i < 5; i++) {
+    snprintf(path, sizeof path, "%s/%s", pdir, old[i]);
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fwrite(blob, 1, sizeof blob, f);
+    fclose(f);
+  }
+  tpu_pstore_t *ps = NULL;
+  char err[600];
+  CU_ASSERT_EQUAL_FATAL(tpu_pstore_open(pdir, 250000, 0, &ps, err, sizeof err), 0);
+  tpu_pstore_stats_t st;
+  tpu_pstore_stats(ps, &st);
+  CU_ASSERT_EQUAL(st.bytes, 400000); /* the four payload files, not notes.txt */
+  /* one entry in a new file of this run */
+  tpu_payload_tensor_t in[2], out;
+  tensors(in, &out, 3);
+  tpu_payload_blob_t *b = NULL;
+  CU_ASSERT_EQUAL_FATAL(tpu_payload_build(NULL, "fraud", "3", 5, in, 2, &out, 1, &b), 0);
+  char ref[TPU_PAYLOAD_REF_MAX];
+  const char *what = NULL;
+  CU_ASSERT_EQUAL(tpu_pstore_stage(ps, 1000, b, ref), 0);
+  CU_ASSERT_STRING_EQUAL(ref, "payload.00000000000000001000@0");
+  CU_ASSERT_EQUAL(tpu_pstore_write(ps, 0, &what), 0);
+  tpu_pstore_committed(ps);
+  nreports = 0;
+  tpu_pstore_maintain(ps, on_report, NULL);
+  CU_ASSERT_EQUAL(nreports, 2); /* 400000 + this entry > 250000: 1 and 500 go */
+  CU_ASSERT_PTR_NOT_NULL(strstr(last_report, "deleted payload.00000000000000000500 (100000 bytes"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(last_report, "over --payload-max-bytes 250000"));
+  for (size_t i = 0; i < 5; i++) {
+    snprintf(path, sizeof path, "%s/%s", pdir, old[i]);
+    CU_ASSERT_EQUAL(access(path, F_OK) == 0, i >= 2);
+  }
+  tpu_pstore_stats(ps, &st);
+  CU_ASSERT_EQUAL(st.files_deleted, 2);
+  CU_ASSERT_EQUAL(st.entries, 1);
+  tpu_pstore_close(ps);
+  char why[1500];
+  tpu_payload_t *p = NULL;
+  CU_ASSERT_EQUAL(tpu_payload_read(pdir, ref, 1000, b->sha256, NULL, &p, why, sizeof why),
+                  TPU_PAYLOAD_OK);
+  tpu_payload_free(p);
+  free(b);
+  rm_tree(dir);
+}
+
+TPU_TEST_SUITE(payload, {"retention_across_restarts", test_retention_across_restarts}, {"round_trip", test_round_trip}, {"key_files", test_key_files},
                {"writer_failures_and_deleted_log", test_writer_failures_and_deleted_log},
                {"capture_requires_store", test_capture_requires_store})
