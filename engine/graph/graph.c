@@ -217,6 +217,9 @@ static void free_attr(tpu_graph_attr_t *a) {
   free((void *)a->floats);
   free((void *)a->t_dims);
   free((void *)a->t_data);
+  if (a->strings)
+    for (size_t i = 0; i < a->n; i++) free((void *)a->strings[i]);
+  free((void *)a->strings);
 }
 
 void tpu_graph_free(tpu_graph_t *g) {
@@ -535,6 +538,29 @@ tpu_status_t tpu_graph_add_attr(tpu_graph_t *g, size_t node, const tpu_graph_att
     c.n = a->n;
     if (a->type == TPU_GRAPH_ATTR_INTS) c.ints = d;
     else c.floats = d;
+    break;
+  }
+  case TPU_GRAPH_ATTR_STRINGS: {
+    if (a->n && !a->strings) {
+      st = tpu__graph_fail(g, TPU_EINVAL, "%s: attribute '%s': NULL strings", lb, a->name);
+      goto fail;
+    }
+    if (a->n > TPU__GRAPH_MAX_BYTES / sizeof(char *)) {
+      st = tpu__graph_fail(g, TPU_EOVERFLOW, "%s: attribute '%s': %zu strings", lb, a->name,
+                           a->n);
+      goto fail;
+    }
+    char **d = calloc(a->n ? a->n : 1, sizeof *d);
+    if (!d) goto nomem;
+    c.strings = (const char *const *)d;
+    for (; c.n < a->n; c.n++) {
+      if (!a->strings[c.n]) {
+        st = tpu__graph_fail(g, TPU_EINVAL, "%s: attribute '%s': string %zu is NULL", lb,
+                             a->name, c.n);
+        goto fail;
+      }
+      if (!(d[c.n] = dup_str(a->strings[c.n]))) goto nomem;
+    }
     break;
   }
   case TPU_GRAPH_ATTR_TENSOR: {

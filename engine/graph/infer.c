@@ -1127,6 +1127,44 @@ static tpu_status_t op_tree_ensemble(ctx_t *c) {
   return set_out(c, 1, TPU_GRAPH_FP32, 2, d);
 }
 
+/* ai.onnx.ml TreeEnsembleRegressor (v1, v3): X FP32 [N, F] to Y FP32 [N, n_targets]
+ * (n_targets defaults to 1). TreeEnsembleClassifier: Y INT64 [N] (the labels, which must be
+ * classlabels_int64s: the graph holds no STRING tensors) and Z FP32 [N, classes]. */
+static tpu_status_t op_tree_v3(ctx_t *c) {
+  tpu_status_t st;
+  char s1[SHAPE_STR];
+  int clf = strcmp(c->nd->op, "TreeEnsembleClassifier") == 0;
+  if ((st = arity(c, 1, 1, clf ? 2 : 1)) != TPU_OK) return st;
+  tpu__gtensor_t *x = in_t(c, 0);
+  if (x->idtype != TPU_GRAPH_FP32)
+    return cfail(c, TPU_EDTYPE, "input '%s' is %s, expected FP32 (tpud's tree ensembles take "
+                 "float features; cast DOUBLE or integer inputs before the node)", x->name,
+                 tpu_graph_dtype_name(x->idtype));
+  if (x->irank != 2)
+    return cfail(c, TPU_ESHAPE, "input '%s' has shape %s, expected [N, features]", x->name,
+                 shp(x, s1));
+  if (!clf) {
+    int64_t nt;
+    if ((st = attr_int(c, "n_targets", 1, &nt)) != TPU_OK) return st;
+    if (nt < 1 || nt > (int64_t)1 << 31)
+      return cfail(c, TPU_EINVAL, "attribute 'n_targets' is %lld, expected a positive count",
+                   (long long)nt);
+    int64_t d[2] = {x->idims[0], nt};
+    return set_out(c, 0, TPU_GRAPH_FP32, 2, d);
+  }
+  if (tpu_graph_attr(c->g, c->n, "classlabels_strings"))
+    return cfail(c, TPU_ENOTSUP, "string class labels (classlabels_strings) are not supported: "
+                 "tpud's outputs are numeric tensors; export the classes as integers "
+                 "(classlabels_int64s)");
+  const tpu_graph_attr_t *l = tpu_graph_attr(c->g, c->n, "classlabels_int64s");
+  if (!l || l->type != TPU_GRAPH_ATTR_INTS || l->n < 2)
+    return cfail(c, TPU_EINVAL, "attribute 'classlabels_int64s' must list at least two class "
+                 "labels");
+  int64_t dy = x->idims[0], dz[2] = {x->idims[0], (int64_t)l->n};
+  if ((st = set_out(c, 0, TPU_GRAPH_INT64, 1, &dy)) != TPU_OK) return st;
+  return set_out(c, 1, TPU_GRAPH_FP32, 2, dz);
+}
+
 typedef struct {
   const char *op;
   tpu_status_t (*rule)(ctx_t *);
@@ -1163,6 +1201,8 @@ static const op_rule_t rules[] = {
 
 static const op_rule_t ml_rules[] = { /* domain ai.onnx.ml */
     {"TreeEnsemble", op_tree_ensemble},
+    {"TreeEnsembleRegressor", op_tree_v3},
+    {"TreeEnsembleClassifier", op_tree_v3},
 };
 
 tpu_status_t tpu_graph_infer(tpu_graph_t *g, int64_t batch) {

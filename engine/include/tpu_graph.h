@@ -116,7 +116,8 @@ typedef enum {
   TPU_GRAPH_ATTR_STRING,
   TPU_GRAPH_ATTR_INTS,
   TPU_GRAPH_ATTR_FLOATS,
-  TPU_GRAPH_ATTR_TENSOR
+  TPU_GRAPH_ATTR_TENSOR,
+  TPU_GRAPH_ATTR_STRINGS
 } tpu_graph_attr_type_t;
 
 /* One attribute. Only the fields of its type are read (and, when read back, filled). */
@@ -126,9 +127,10 @@ typedef struct {
   int64_t i;               /* INT */
   float f;                 /* FLOAT */
   const char *s;           /* STRING (NUL-terminated) */
-  size_t n;                /* INTS, FLOATS: count */
+  size_t n;                /* INTS, FLOATS, STRINGS: count */
   const int64_t *ints;     /* INTS */
   const float *floats;     /* FLOATS */
+  const char *const *strings; /* STRINGS: n NUL-terminated strings */
   tpu_graph_dtype_t t_dtype; /* TENSOR: like an initializer */
   int t_rank;
   const int64_t *t_dims;

@@ -62,6 +62,7 @@ static tpu_status_t add_attr(tpu_graph_t *g, size_t gi, const tpu_onnx_node_t *n
   char lb[300];
   tpu_graph_attr_t ga = {.name = a->name};
   char *str = NULL;
+  const char **list = NULL;
   tpu_status_t st;
   switch (a->type) {
   case TPU_ONNX_ATTR_FLOAT:
@@ -113,13 +114,43 @@ static tpu_status_t add_attr(tpu_graph_t *g, size_t gi, const tpu_onnx_node_t *n
     ga.t_bytes = a->t->nbytes;
     break;
   }
-  default: /* STRINGS, TENSORS: the graph has no list-of-strings or list-of-tensors type */
+  case TPU_ONNX_ATTR_STRINGS: /* text, as for STRING; one block holds them all */ {
+    size_t total = 0;
+    for (size_t k = 0; k < a->n; k++) {
+      if (a->strings[k].len && memchr(a->strings[k].data, 0, a->strings[k].len)) {
+        node_label(nd, ni, lb, sizeof lb);
+        return fail(err, errlen, TPU_ENOTSUP, "%s: attribute '%s': string %zu holds a NUL "
+                    "byte", lb, a->name, k);
+      }
+      total += a->strings[k].len + 1; /* bounded by the model's bytes */
+    }
+    list = malloc((a->n ? a->n : 1) * sizeof *list);
+    str = malloc(total ? total : 1);
+    if (!list || !str) {
+      free(list);
+      free(str);
+      node_label(nd, ni, lb, sizeof lb);
+      return fail(err, errlen, TPU_ENOMEM, "%s: attribute '%s': out of memory", lb, a->name);
+    }
+    char *at = str;
+    for (size_t k = 0; k < a->n; k++) {
+      if (a->strings[k].len) memcpy(at, a->strings[k].data, a->strings[k].len);
+      at[a->strings[k].len] = 0;
+      list[k] = at;
+      at += a->strings[k].len + 1;
+    }
+    ga.type = TPU_GRAPH_ATTR_STRINGS;
+    ga.n = a->n;
+    ga.strings = list;
+    break;
+  }
+  default: /* TENSORS: the graph has no list-of-tensors type */
     node_label(nd, ni, lb, sizeof lb);
-    return fail(err, errlen, TPU_ENOTSUP, "%s: attribute '%s' is a list of %s, which the graph "
-                "IR does not hold", lb, a->name,
-                a->type == TPU_ONNX_ATTR_STRINGS ? "strings" : "tensors");
+    return fail(err, errlen, TPU_ENOTSUP, "%s: attribute '%s' is a list of tensors, which the "
+                "graph IR does not hold", lb, a->name);
   }
   st = tpu_graph_add_attr(g, gi, &ga);
+  free(list);
   free(str);
   return st == TPU_OK ? TPU_OK : gfail(g, err, errlen, st);
 }

@@ -1,8 +1,10 @@
 /*
- * test_graph_tree.c - the ai.onnx.ml TreeEnsemble op (engine/graph/ops_tree.c): branch rules
- * with NaN and ±Inf, XGBoost's float32 accumulation, the post transforms, random ensembles
- * against a plain reference traversal at several batch sizes, and the structural refusals
- * (each naming the tree and node).
+ * test_graph_tree.c - the ai.onnx.ml tree ops (engine/graph/ops_tree.c, tree_build.c):
+ * TreeEnsemble v5's branch rules with NaN and ±Inf, XGBoost's float32 accumulation, the post
+ * transforms, random ensembles against a plain reference traversal at several batch sizes, the
+ * structural refusals (each naming the tree and node); TreeEnsembleRegressor/Classifier v3
+ * against the same trees re-encoded (shuffled nodes, several weights per leaf), the
+ * classifier's readings of its scores, FP64 thresholds, and v3's refusals.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -342,7 +344,7 @@ static void test_refusals(void) {
   two_trees(&e);
   e.tid[1] = 0; /* n1's true branch back to the root: a cycle */
   e.tleaf[1] = 0;
-  refused(&e, 2, TPU_EINVAL, "tree 0 node 1: true branch goes to node 0");
+  refused(&e, 2, TPU_EINVAL, "tree 0 node 1: true branch goes to tree 0 node 0, which is already in a tree");
   two_trees(&e);
   e.roots[1] = 1; /* tree 1 starts inside tree 0 */
   refused(&e, 2, TPU_EINVAL, "tree 1: root node 1 is also part of an earlier tree");
@@ -403,11 +405,435 @@ static void test_refusals(void) {
   tpu_graph_free(g);
   g = tg_new();
   tg_input(g, "x", TPU_GRAPH_FP32, 2, d);
-  CU_ASSERT_FATAL(tpu_graph_add_node(g, "t", "TreeEnsembleRegressor", "ai.onnx.ml", 3, 1, in, 1,
+  CU_ASSERT_FATAL(tpu_graph_add_node(g, "t", "LinearRegressor", "ai.onnx.ml", 1, 1, in, 1,
                                      out, &n) == TPU_OK);
   tg_io(g, "x", "y");
   CU_ASSERT_EQUAL(tpu_graph_infer(g, 1), TPU_ENOTSUP);
-  CU_ASSERT_PTR_NOT_NULL(strstr(tpu_graph_error(g), "ai.onnx.ml.TreeEnsembleRegressor"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(tpu_graph_error(g), "ai.onnx.ml.LinearRegressor"));
+  tpu_graph_free(g);
+}
+
+/* ---- TreeEnsembleRegressor / TreeEnsembleClassifier (v1, v3) ---- */
+
+/* An ensemble in v3's arrays: nodes named (tree id, node id), leaves among them. */
+typedef struct {
+  size_t n, nw;
+  int64_t tree[1024], node[1024], feat[1024], tid[1024], fid[1024], miss[1024];
+  const char *modes[1024];
+  float vals[1024];
+  double vals64[1024];
+  int64_t wtree[1600], wnode[1600], wid[1600];
+  float w[1600];
+} v3_t;
+
+static v3_t v3a;
+
+static const char *const mode_names[] = {"BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE",
+                                         "BRANCH_GT",  "BRANCH_EQ", "BRANCH_NEQ"};
+
+static void v3_node(v3_t *v, int64_t tree, int64_t node, int64_t feat, const char *mode,
+                    float val, int64_t t, int64_t f, int64_t miss) {
+  size_t i = v->n++;
+  v->tree[i] = tree, v->node[i] = node, v->feat[i] = feat, v->modes[i] = mode;
+  v->vals[i] = val, v->vals64[i] = val, v->tid[i] = t, v->fid[i] = f, v->miss[i] = miss;
+}
+
+static void v3_weight(v3_t *v, int64_t tree, int64_t node, int64_t id, float w) {
+  size_t i = v->nw++;
+  v->wtree[i] = tree, v->wnode[i] = node, v->wid[i] = id, v->w[i] = w;
+}
+
+/* v5 ensemble e as v3: tree t has id 10 + 3t, branch n node id 100 + 2n, leaf l id 1 + 2l; the
+ * roots come first in tree order, every other node after them shuffled across trees; each
+ * leaf's weight, and for every third leaf (when there are several targets) a second weight of
+ * 0.125 on the next target, in shuffled order. */
+static void to_v3(const ens_t *e, v3_t *v) {
+  memset(v, 0, sizeof *v);
+  int64_t tree_of_node[512], tree_of_leaf[512];
+  for (size_t t = 0; t < e->nt; t++) {
+    size_t stack[512], sp = 0;
+    stack[sp++] = (size_t)e->roots[t];
+    while (sp) {
+      size_t n = stack[--sp];
+      tree_of_node[n] = (int64_t)t;
+      if (e->tleaf[n]) tree_of_leaf[e->tid[n]] = (int64_t)t;
+      else stack[sp++] = (size_t)e->tid[n];
+      if (e->fleaf[n]) tree_of_leaf[e->fid[n]] = (int64_t)t;
+      else stack[sp++] = (size_t)e->fid[n];
+    }
+  }
+  size_t order[1024], no = 0;
+  for (size_t n = 0; n < e->nn; n++) {
+    int root = 0;
+    for (size_t t = 0; t < e->nt; t++) root |= e->roots[t] == (int64_t)n;
+    if (!root) order[no++] = n;
+  }
+  for (size_t l = 0; l < e->nl; l++) order[no++] = 1000 + l;
+  for (size_t i = no; i > 1; i--) {
+    size_t j = (size_t)tpu_test_rand_range(0, (long)i - 1), tmp = order[i - 1];
+    order[i - 1] = order[j];
+    order[j] = tmp;
+  }
+  size_t all[1100], na = 0;
+  for (size_t t = 0; t < e->nt; t++) all[na++] = (size_t)e->roots[t];
+  for (size_t i = 0; i < no; i++) all[na++] = order[i];
+  for (size_t i = 0; i < na; i++) {
+    if (all[i] >= 1000) {
+      size_t l = all[i] - 1000;
+      v3_node(v, 10 + 3 * tree_of_leaf[l], 1 + 2 * (int64_t)l, 0, "LEAF", 0, 0, 0, 0);
+      continue;
+    }
+    size_t n = all[i];
+    int64_t tid = e->tleaf[n] ? 1 + 2 * e->tid[n] : 100 + 2 * e->tid[n];
+    int64_t fid = e->fleaf[n] ? 1 + 2 * e->fid[n] : 100 + 2 * e->fid[n];
+    v3_node(v, 10 + 3 * tree_of_node[n], 100 + 2 * (int64_t)n, e->feat[n],
+            mode_names[e->modes[n]], e->split[n], tid, fid, e->miss[n]);
+  }
+  size_t lorder[512];
+  for (size_t l = 0; l < e->nl; l++) lorder[l] = l;
+  for (size_t i = e->nl; i > 1; i--) {
+    size_t j = (size_t)tpu_test_rand_range(0, (long)i - 1), tmp = lorder[i - 1];
+    lorder[i - 1] = lorder[j];
+    lorder[j] = tmp;
+  }
+  for (size_t k = 0; k < e->nl; k++) {
+    size_t l = lorder[k];
+    int64_t t = 10 + 3 * tree_of_leaf[l];
+    v3_weight(v, t, 1 + 2 * (int64_t)l, e->ltarget[l], e->lw[l]);
+    if (e->ntargets > 1 && l % 3 == 0)
+      v3_weight(v, t, 1 + 2 * (int64_t)l, (e->ltarget[l] + 1) % (int64_t)e->ntargets, 0.125f);
+  }
+}
+
+static void add_strings(tpu_graph_t *g, size_t node, const char *name, const char *const *v,
+                        size_t n) {
+  tpu_graph_attr_t a = {.name = name, .type = TPU_GRAPH_ATTR_STRINGS, .n = n, .strings = v};
+  CU_ASSERT_FATAL(tpu_graph_add_attr(g, node, &a) == TPU_OK);
+}
+
+static void add_str(tpu_graph_t *g, size_t node, const char *name, const char *v) {
+  tpu_graph_attr_t a = {.name = name, .type = TPU_GRAPH_ATTR_STRING, .s = v};
+  CU_ASSERT_FATAL(tpu_graph_add_attr(g, node, &a) == TPU_OK);
+}
+
+/* Options of a v3 graph: nbase base values (NULL: none), the classifier's labels (NULL: a
+ * regressor of ntargets), FP64 node values. */
+typedef struct {
+  const float *base;
+  size_t nbase, ntargets;
+  const int64_t *labels;
+  size_t nlabels;
+  const char *post, *agg;
+  int fp64;
+  int short_weights; /* the weights list one shorter than the ids */
+} v3_opts_t;
+
+/* X FP32 [-1, width] -> TreeEnsembleRegressor -> "y", or -> TreeEnsembleClassifier -> "y"
+ * (labels), "z" (scores). */
+static tpu_graph_t *build_v3(const v3_t *v, int64_t width, const v3_opts_t *o) {
+  tpu_graph_t *g = tg_new();
+  int64_t d[2] = {-1, width};
+  tg_input(g, "x", TPU_GRAPH_FP32, 2, d);
+  const char *in[1] = {"x"}, *out[2] = {"y", "z"};
+  int clf = o->labels != NULL;
+  size_t n;
+  CU_ASSERT_FATAL(tpu_graph_add_node(g, "trees", clf ? "TreeEnsembleClassifier"
+                                                     : "TreeEnsembleRegressor",
+                                     "ai.onnx.ml", 3, 1, in, clf ? 2 : 1, out, &n) == TPU_OK);
+  add_ints(g, n, "nodes_treeids", v->tree, v->n);
+  add_ints(g, n, "nodes_nodeids", v->node, v->n);
+  add_ints(g, n, "nodes_featureids", v->feat, v->n);
+  add_strings(g, n, "nodes_modes", v->modes, v->n);
+  if (o->fp64) {
+    int64_t dims[1] = {(int64_t)v->n};
+    tpu_graph_attr_t a = {.name = "nodes_values_as_tensor", .type = TPU_GRAPH_ATTR_TENSOR,
+                          .t_dtype = TPU_GRAPH_FP64, .t_rank = 1, .t_dims = dims,
+                          .t_data = v->vals64, .t_bytes = v->n * sizeof(double)};
+    CU_ASSERT_FATAL(tpu_graph_add_attr(g, n, &a) == TPU_OK);
+  } else {
+    add_floats(g, n, "nodes_values", v->vals, v->n);
+  }
+  add_ints(g, n, "nodes_truenodeids", v->tid, v->n);
+  add_ints(g, n, "nodes_falsenodeids", v->fid, v->n);
+  add_ints(g, n, "nodes_missing_value_tracks_true", v->miss, v->n);
+  const char *pre = clf ? "class" : "target";
+  char nm[4][32];
+  snprintf(nm[0], sizeof nm[0], "%s_treeids", pre);
+  snprintf(nm[1], sizeof nm[1], "%s_nodeids", pre);
+  snprintf(nm[2], sizeof nm[2], "%s_ids", pre);
+  snprintf(nm[3], sizeof nm[3], "%s_weights", pre);
+  add_ints(g, n, nm[0], v->wtree, v->nw);
+  add_ints(g, n, nm[1], v->wnode, v->nw);
+  add_ints(g, n, nm[2], v->wid, v->nw);
+  add_floats(g, n, nm[3], v->w, v->nw - (o->short_weights ? 1 : 0));
+  if (o->base) add_floats(g, n, "base_values", o->base, o->nbase);
+  if (clf) add_ints(g, n, "classlabels_int64s", o->labels, o->nlabels);
+  else tg_attr_i(g, n, "n_targets", (int64_t)o->ntargets);
+  if (o->post) add_str(g, n, "post_transform", o->post);
+  if (o->agg) add_str(g, n, "aggregate_function", o->agg);
+  tg_io(g, "x", clf ? "y,z" : "y");
+  return g;
+}
+
+/* Compiles g at `rows`, runs x into outs[0..1]. Returns the status of compile. */
+static tpu_status_t run_v3(tpu_graph_t *g, size_t rows, const float *x, void *o0, void *o1) {
+  tpu_graph_program_t *p = NULL;
+  tpu_status_t st = tpu_graph_compile(g, tg_engine(), (int64_t)rows, NULL, &p);
+  if (st != TPU_OK) return st;
+  const void *ins[1] = {x};
+  void *outs[2] = {o0, o1};
+  CU_ASSERT_FATAL(tpu_graph_program_run(p, ins, outs) == TPU_OK);
+  tpu_graph_program_free(p);
+  return TPU_OK;
+}
+
+/* Random ensembles whose weights and base values are multiples of 1/8 (so every sum is exact
+ * whatever its order): the v3 regressor, built from the same trees with nodes shuffled and
+ * extra weights, gives the v5 sums plus the extra weights' bit for bit, at several batch sizes;
+ * AVERAGE divides by the tree count and then adds the base. */
+static void test_v3_regressor_matches_v5(void) {
+  for (int round = 0; round < 6; round++) {
+    ens_t e, e2;
+    int64_t width = tpu_test_rand_range(1, 9);
+    size_t ntargets = (size_t)tpu_test_rand_range(1, 4);
+    random_ens(&e, (size_t)tpu_test_rand_range(1, 12), (int)tpu_test_rand_range(1, 6), width,
+               ntargets, 1);
+    for (size_t l = 0; l < e.nl; l++) e.lw[l] = (float)tpu_test_rand_range(-3, 3) / 8;
+    float base[4];
+    for (size_t k = 0; k < ntargets; k++) base[k] = e.base[k] = (float)tpu_test_rand_range(-4, 4) / 8;
+    e2 = e; /* the extra weights alone */
+    for (size_t l = 0; l < e.nl; l++) {
+      e2.ltarget[l] = (e.ltarget[l] + 1) % (int64_t)ntargets;
+      e2.lw[l] = ntargets > 1 && l % 3 == 0 ? 0.125f : 0;
+    }
+    memset(e2.base, 0, sizeof e2.base);
+    to_v3(&e, &v3a);
+    size_t rows = round < 3 ? 37 : 150;
+    float x[150 * 9], want[150 * 4], extra[150 * 4], y[150 * 4], avg[150 * 4];
+    for (size_t i = 0; i < rows * (size_t)width; i++) {
+      long k = tpu_test_rand_range(0, 19);
+      x[i] = k == 0 ? NAN : k == 1 ? INFINITY : k == 2 ? -INFINITY
+           : k == 3 ? e.split[tpu_test_rand_range(0, (long)e.nn - 1)]
+                    : tpu_test_rand_float(-1.5f, 1.5f);
+    }
+    /* v3 sends NaN down the true branch also where the comparison holds: BRANCH_NEQ */
+    for (size_t n = 0; n < e.nn; n++) if (e.modes[n] == 5) e.miss[n] = e2.miss[n] = 1;
+    reference(&e, x, rows, width, want);
+    reference(&e2, x, rows, width, extra);
+    v3_opts_t o = {.base = base, .nbase = ntargets, .ntargets = ntargets};
+    tpu_graph_t *g = build_v3(&v3a, width, &o);
+    CU_ASSERT_FATAL(run_v3(g, rows, x, y, NULL) == TPU_OK);
+    for (size_t i = 0; i < rows * ntargets; i++) TPU_ASSERT_SEED(y[i] == want[i] + extra[i]);
+    for (size_t r = 0; r < rows; r += 17) { /* batch composition does not matter */
+      float y1[4];
+      CU_ASSERT_FATAL(run_v3(g, 1, x + r * (size_t)width, y1, NULL) == TPU_OK);
+      TPU_ASSERT_SEED(memcmp(y1, y + r * ntargets, ntargets * sizeof(float)) == 0);
+    }
+    tpu_graph_free(g);
+    o.agg = "AVERAGE";
+    g = build_v3(&v3a, width, &o);
+    CU_ASSERT_FATAL(run_v3(g, rows, x, avg, NULL) == TPU_OK);
+    for (size_t i = 0; i < rows * ntargets; i++) {
+      float sum = want[i] - base[i % ntargets] + extra[i];
+      TPU_ASSERT_SEED(avg[i] == sum / (float)e.nt + base[i % ntargets]);
+    }
+    tpu_graph_free(g);
+  }
+}
+
+/* ONNX Runtime's logistic, as ops_tree.c documents it. */
+static float ort_sigmoid(float v) {
+  float e = 1.0f / (1.0f + expf(-fabsf(v)));
+  return v < 0 ? 1.0f - e : e;
+}
+
+/* The classifier's readings (ops_tree.c's DESIGN), on one stump: x0 <= 0.5 to leaf 1, else
+ * leaf 2; NaN takes the false branch. */
+static void stump(v3_t *v, const int64_t *ids, const float *w1, const float *w2, size_t k) {
+  memset(v, 0, sizeof *v);
+  v3_node(v, 0, 0, 0, "BRANCH_LEQ", 0.5f, 1, 2, 0);
+  v3_node(v, 0, 1, 0, "LEAF", 0, 0, 0, 0);
+  v3_node(v, 0, 2, 0, "LEAF", 0, 0, 0, 0);
+  for (size_t i = 0; i < k; i++) v3_weight(v, 0, 1, ids[i], w1[i]);
+  for (size_t i = 0; i < k; i++) v3_weight(v, 0, 2, ids[i], w2[i]);
+}
+
+static void test_v3_classifier(void) {
+  const float x[3] = {0.0f, 1.0f, NAN};
+  int64_t y[3], labels3[3] = {5, 6, 7}, labels2[2] = {3, 9};
+  float z[9];
+  /* Three classes, weights on all: Z the scores (+ base), Y the first largest. */
+  int64_t ids3[3] = {0, 1, 2};
+  float a3[3] = {0.1f, 0.7f, 0.7f}, b3[3] = {0.5f, 0.3f, 0.2f}, base3[3] = {0.1f, 0.2f, 0.3f};
+  stump(&v3a, ids3, a3, b3, 3);
+  v3_opts_t o = {.labels = labels3, .nlabels = 3};
+  tpu_graph_t *g = build_v3(&v3a, 1, &o);
+  CU_ASSERT_FATAL(run_v3(g, 3, x, y, z) == TPU_OK);
+  CU_ASSERT(y[0] == 6 && y[1] == 5 && y[2] == 5); /* the tie 0.7/0.7 goes to the first */
+  for (int k = 0; k < 3; k++) CU_ASSERT(z[k] == a3[k] && z[3 + k] == b3[k] && z[6 + k] == b3[k]);
+  tpu_graph_free(g);
+  o.base = base3, o.nbase = 3, o.post = "SOFTMAX";
+  g = build_v3(&v3a, 1, &o);
+  CU_ASSERT_FATAL(run_v3(g, 3, x, y, z) == TPU_OK);
+  CU_ASSERT(y[0] == 7 && y[1] == 5);
+  for (int r = 0; r < 2; r++) {
+    const float *w = r ? b3 : a3;
+    double s = 0, m = -INFINITY;
+    for (int k = 0; k < 3; k++) m = fmax(m, (double)(w[k] + base3[k]));
+    for (int k = 0; k < 3; k++) s += exp((double)(w[k] + base3[k]) - m);
+    for (int k = 0; k < 3; k++)
+      CU_ASSERT(fabs(z[3 * r + k] - exp((double)(w[k] + base3[k]) - m) / s) < 1e-6);
+  }
+  tpu_graph_free(g);
+  /* Weights on classes 1 and 2 only, no base: class 0 is never scored, so never the label
+   * even where the others are negative; SOFTMAX_ZERO leaves its zero at zero. */
+  int64_t ids12[2] = {1, 2};
+  float a2[2] = {0.2f, -0.7f}, b2[2] = {-0.3f, -0.2f};
+  stump(&v3a, ids12, a2, b2, 2);
+  o = (v3_opts_t){.labels = labels3, .nlabels = 3, .post = "SOFTMAX_ZERO"};
+  g = build_v3(&v3a, 1, &o);
+  CU_ASSERT_FATAL(run_v3(g, 3, x, y, z) == TPU_OK);
+  CU_ASSERT(y[0] == 6 && y[1] == 7 && y[2] == 7);
+  CU_ASSERT(z[0] == 0 && z[3] == 0);
+  CU_ASSERT(fabs(z[4] - exp(-0.3) / (exp(-0.3) + exp(-0.2))) < 1e-6);
+  tpu_graph_free(g);
+  /* Two classes, every weight on class 0 (onnxmltools' binary form): one score s. */
+  int64_t id0[1] = {0};
+  float m1[1] = {-0.3f}, m2[1] = {0.8f}, base1[1] = {0.2f};
+  stump(&v3a, id0, m1, m2, 1);
+  o = (v3_opts_t){.labels = labels2, .nlabels = 2, .post = "LOGISTIC", .base = base1, .nbase = 1};
+  g = build_v3(&v3a, 1, &o);
+  CU_ASSERT_FATAL(run_v3(g, 3, x, y, z) == TPU_OK);
+  float s0 = -0.3f + 0.2f, s1 = 0.8f + 0.2f;
+  CU_ASSERT(y[0] == 3 && y[1] == 9 && y[2] == 9);
+  CU_ASSERT(z[0] == ort_sigmoid(-s0) && z[1] == ort_sigmoid(s0));
+  CU_ASSERT(z[2] == ort_sigmoid(-s1) && z[3] == ort_sigmoid(s1));
+  tpu_graph_free(g);
+  o.post = NULL, o.base = NULL; /* NONE, mixed signs: [-s, s], label by s > 0 */
+  g = build_v3(&v3a, 1, &o);
+  CU_ASSERT_FATAL(run_v3(g, 3, x, y, z) == TPU_OK);
+  CU_ASSERT(y[0] == 3 && y[1] == 9 && z[0] == 0.3f && z[1] == -0.3f && z[3] == 0.8f);
+  tpu_graph_free(g);
+  float p1[1] = {0.3f}, p2[1] = {0.8f}; /* NONE, probabilities: [1 - s, s], label by s > 0.5 */
+  stump(&v3a, id0, p1, p2, 1);
+  g = build_v3(&v3a, 1, &o);
+  CU_ASSERT_FATAL(run_v3(g, 3, x, y, z) == TPU_OK);
+  CU_ASSERT(y[0] == 3 && y[1] == 9 && z[0] == 1.0f - 0.3f && z[1] == 0.3f && z[3] == 0.8f);
+  tpu_graph_free(g);
+  /* Two classes with weights on both (a random forest): the larger score's label. */
+  int64_t ids01[2] = {0, 1};
+  float f1[2] = {0.7f, 0.3f}, f2[2] = {0.2f, 0.8f};
+  stump(&v3a, ids01, f1, f2, 2);
+  g = build_v3(&v3a, 1, &o);
+  CU_ASSERT_FATAL(run_v3(g, 3, x, y, z) == TPU_OK);
+  CU_ASSERT(y[0] == 3 && y[1] == 9 && z[0] == 0.7f && z[1] == 0.3f);
+  tpu_graph_free(g);
+}
+
+/* FP64 thresholds (nodes_values_as_tensor) take, for every float input, the branch the double
+ * comparison takes: inputs around a threshold no float equals, in every mode. */
+static void test_v3_fp64_thresholds(void) {
+  const double t = 0.1; /* between two floats */
+  float f = (float)t, xs[6] = {nextafterf(f, -1), f, nextafterf(f, 1), -INFINITY, INFINITY,
+                               nextafterf(nextafterf(f, -1), -1)};
+  for (int m = 0; m < 6; m++) {
+    memset(&v3a, 0, sizeof v3a);
+    v3_node(&v3a, 0, 0, 0, mode_names[m], 0, 1, 2, 0);
+    v3a.vals64[0] = t;
+    v3_node(&v3a, 0, 1, 0, "LEAF", 0, 0, 0, 0);
+    v3_node(&v3a, 0, 2, 0, "LEAF", 0, 0, 0, 0);
+    v3_weight(&v3a, 0, 1, 0, 1.0f);
+    v3_weight(&v3a, 0, 2, 0, 2.0f);
+    v3_opts_t o = {.ntargets = 1, .fp64 = 1};
+    tpu_graph_t *g = build_v3(&v3a, 1, &o);
+    float y[6];
+    CU_ASSERT_FATAL(run_v3(g, 6, xs, y, NULL) == TPU_OK);
+    for (int i = 0; i < 6; i++) {
+      double v = xs[i];
+      int yes = m == 0 ? v <= t : m == 1 ? v < t : m == 2 ? v >= t : m == 3 ? v > t
+              : m == 4 ? v == t : v != t;
+      if (y[i] != (yes ? 1.0f : 2.0f))
+        fprintf(stderr, "\n  %s x=%.9g: got %g\n", mode_names[m], v, y[i]);
+      CU_ASSERT(y[i] == (yes ? 1.0f : 2.0f));
+    }
+    tpu_graph_free(g);
+  }
+}
+
+/* Compiling the v3 graph fails with st and a message containing want. */
+static void refused_v3(const v3_opts_t *o, tpu_status_t st, const char *want) {
+  tpu_graph_t *g = build_v3(&v3a, 1, o);
+  tpu_graph_program_t *p = NULL;
+  CU_ASSERT_EQUAL(tpu_graph_compile(g, tg_engine(), 2, NULL, &p), st);
+  CU_ASSERT_PTR_NULL(p);
+  if (!strstr(tpu_graph_error(g), want))
+    fprintf(stderr, "\nexpected '%s' in: %s\n", want, tpu_graph_error(g));
+  CU_ASSERT_PTR_NOT_NULL(strstr(tpu_graph_error(g), want));
+  tpu_graph_free(g);
+}
+
+static void test_v3_refusals(void) {
+  int64_t ids[1] = {0}, labels2[2] = {0, 1};
+  float w1[1] = {1}, w2[1] = {2}, two[2] = {0, 0};
+  v3_opts_t reg = {.ntargets = 1};
+  stump(&v3a, ids, w1, w2, 1);
+  v3a.node[2] = 1; /* tree 0 node 1 twice */
+  refused_v3(&reg, TPU_EINVAL, "tree 0 node 1 is defined twice");
+  stump(&v3a, ids, w1, w2, 1);
+  v3a.fid[0] = 7;
+  refused_v3(&reg, TPU_EINVAL, "tree 0 node 0: false branch names node 7, which tree 0 does "
+             "not have");
+  stump(&v3a, ids, w1, w2, 1);
+  v3a.modes[0] = "BRANCH_MEMBER";
+  refused_v3(&reg, TPU_ENOTSUP, "tree 0 node 0: mode 'BRANCH_MEMBER' is not supported");
+  stump(&v3a, ids, w1, w2, 1);
+  v3a.wnode[0] = 0;
+  refused_v3(&reg, TPU_EINVAL, "weight 0 names tree 0 node 0, which is a branch, not a leaf");
+  stump(&v3a, ids, w1, w2, 1);
+  v3a.wtree[1] = 4;
+  refused_v3(&reg, TPU_EINVAL, "weight 1 names tree 4 node 2, which the ensemble does not "
+             "have");
+  stump(&v3a, ids, w1, w2, 1);
+  v3a.tid[0] = 0; /* the root's true branch to itself */
+  refused_v3(&reg, TPU_EINVAL, "tree 0 node 0: true branch goes to tree 0 node 0");
+  stump(&v3a, ids, w1, w2, 1);
+  v3a.feat[0] = 1;
+  refused_v3(&reg, TPU_EINVAL, "tree 0 node 0: feature 1 is outside the input's 1 columns");
+  stump(&v3a, ids, w1, w2, 1);
+  v3a.wid[0] = 1;
+  refused_v3(&reg, TPU_EINVAL, "leaf weight 0: target id 1 out of range [0, 1)");
+  stump(&v3a, ids, w1, w2, 1);
+  reg.short_weights = 1; /* two weights' ids, one weight */
+  refused_v3(&reg, TPU_EINVAL, "leaf weight attributes differ in length");
+  reg.short_weights = 0;
+  stump(&v3a, ids, w1, w2, 1);
+  reg.post = "PROBIT";
+  refused_v3(&reg, TPU_ENOTSUP, "post_transform 'PROBIT' is not supported");
+  reg.post = "LOGISTIC";
+  refused_v3(&reg, TPU_ENOTSUP, "post_transform LOGISTIC on a one-target regressor is "
+             "ambiguous");
+  reg.post = NULL;
+  reg.agg = "MAX";
+  refused_v3(&reg, TPU_ENOTSUP, "aggregate_function 'MAX' is not supported");
+  reg.agg = NULL;
+  reg.base = two, reg.nbase = 2;
+  refused_v3(&reg, TPU_EINVAL, "base_values has 2 entries, expected one per target or class");
+  v3_opts_t clf = {.labels = labels2, .nlabels = 2, .base = two, .nbase = 2};
+  refused_v3(&clf, TPU_ENOTSUP, "weights all go to class 0 takes one base value");
+  clf = (v3_opts_t){.labels = labels2, .nlabels = 2, .post = "SOFTMAX"};
+  refused_v3(&clf, TPU_ENOTSUP, "one score takes post_transform NONE or LOGISTIC");
+  /* String labels: the graph holds no STRING tensors. */
+  tpu_graph_t *g = tg_new();
+  int64_t d[2] = {-1, 1};
+  tg_input(g, "x", TPU_GRAPH_FP32, 2, d);
+  const char *in[1] = {"x"}, *out[2] = {"y", "z"}, *names[2] = {"no", "yes"};
+  size_t n;
+  CU_ASSERT_FATAL(tpu_graph_add_node(g, "t", "TreeEnsembleClassifier", "ai.onnx.ml", 3, 1, in,
+                                     2, out, &n) == TPU_OK);
+  add_strings(g, n, "classlabels_strings", names, 2);
+  tg_io(g, "x", "y,z");
+  CU_ASSERT_EQUAL(tpu_graph_infer(g, 1), TPU_ENOTSUP);
+  CU_ASSERT_PTR_NOT_NULL(strstr(tpu_graph_error(g), "string class labels"));
   tpu_graph_free(g);
 }
 
@@ -416,4 +842,8 @@ TPU_TEST_SUITE(graph_tree,
                {"logistic_and_average", test_logistic_and_average},
                {"random_against_reference", test_random_against_reference},
                {"shared_between_buckets", test_shared_between_buckets},
-               {"refusals", test_refusals})
+               {"refusals", test_refusals},
+               {"v3_regressor_matches_v5", test_v3_regressor_matches_v5},
+               {"v3_classifier", test_v3_classifier},
+               {"v3_fp64_thresholds", test_v3_fp64_thresholds},
+               {"v3_refusals", test_v3_refusals})

@@ -345,10 +345,24 @@ static void test_refusals(void) {
   inits[0].dtype = TPU_ONNX_UINT64; /* nbytes stays 24: the type is refused first */
   expect_refused(TPU_ENOTSUP, "initializer 'w': element type UINT64");
   model_reset();
-  attrs[0] = (tpu_onnx_attr_t){.name = "names", .type = TPU_ONNX_ATTR_STRINGS};
+  tpu_onnx_bytes_t strs[2] = {{(uint8_t *)"ab", 2}, {(uint8_t *)"c\0", 2}};
+  attrs[0] = (tpu_onnx_attr_t){.name = "names", .type = TPU_ONNX_ATTR_STRINGS, .n = 2,
+                               .strings = strs};
   nodes[0].nattrs = 1;
   nodes[0].attrs = attrs;
-  expect_refused(TPU_ENOTSUP, "node 'mm' (MatMul): attribute 'names' is a list of strings");
+  expect_refused(TPU_ENOTSUP, "node 'mm' (MatMul): attribute 'names': string 1 holds a NUL");
+  attrs[0] = (tpu_onnx_attr_t){.name = "t", .type = TPU_ONNX_ATTR_TENSORS};
+  expect_refused(TPU_ENOTSUP, "node 'mm' (MatMul): attribute 't' is a list of tensors");
+  strs[1].len = 1; /* "c": both strings are text, carried over */
+  attrs[0] = (tpu_onnx_attr_t){.name = "names", .type = TPU_ONNX_ATTR_STRINGS, .n = 2,
+                               .strings = strs};
+  CU_ASSERT_EQUAL_FATAL(tpu_onnx_to_graph(&model, &g, err, sizeof err), TPU_OK);
+  const tpu_graph_attr_t *ga = tpu_graph_attr(g, 0, "names");
+  CU_ASSERT_FATAL(ga && ga->type == TPU_GRAPH_ATTR_STRINGS && ga->n == 2);
+  CU_ASSERT_STRING_EQUAL(ga->strings[0], "ab");
+  CU_ASSERT_STRING_EQUAL(ga->strings[1], "c");
+  tpu_graph_free(g);
+  g = NULL;
   attrs[0] = (tpu_onnx_attr_t){.name = "s", .type = TPU_ONNX_ATTR_STRING,
                                .s = {(uint8_t *)"a\0b", 3}};
   expect_refused(TPU_ENOTSUP, "attribute 's': string holds a NUL byte");

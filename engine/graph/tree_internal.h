@@ -1,0 +1,79 @@
+/*
+ * tree_internal.h - the compiled form of an ai.onnx.ml tree ensemble, shared by tree_build.c
+ * (reads a node's attributes in either encoding, validates them, builds this) and ops_tree.c
+ * (runs it). Not installed; the graph code's private interface.
+ *
+ * DESIGN
+ * Two encodings reach the same form:
+ *   TreeEnsemble (ai.onnx.ml opset 5): node arrays indexed by node, leaf arrays by leaf,
+ *     tree_roots; one target and weight per leaf. XGBoost's loader (server/models/xgboost.c)
+ *     writes this form, and its numerics are XGBoost's (see ops_tree.c).
+ *   TreeEnsembleRegressor / TreeEnsembleClassifier (opsets 1 and 3): every node named by a
+ *     (tree id, node id) pair, modes as strings, leaves among the nodes (mode "LEAF") and their
+ *     weights in separate (tree id, node id, target, weight) lists, so a leaf may feed several
+ *     targets (a random forest's leaf holds a probability per class). Values come as FLOATS or,
+ *     from v3, as FP32 or FP64 tensors (the *_as_tensor attributes). Numerics are ONNX
+ *     Runtime's, the reference implementation of these ops (see ops_tree.c).
+ * Branch nodes become a compact array whose children are node indices or ~leaf (< 0); each
+ * leaf owns entries lfirst[l] .. lfirst[l + 1] of (target, weight). Everything lives in one
+ * block, so the kernel reads nothing of the graph at run time.
+ */
+#ifndef TPU_TREE_INTERNAL_H
+#define TPU_TREE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exec_internal.h"
+
+/* Branch modes: the comparison that sends a value to the true branch. */
+enum { TPU__TREE_LEQ = 0, TPU__TREE_LT, TPU__TREE_GTE, TPU__TREE_GT, TPU__TREE_EQ, TPU__TREE_NEQ };
+enum { TPU__TREE_AVERAGE = 0, TPU__TREE_SUM = 1 };
+enum {
+  TPU__TREE_POST_NONE = 0,
+  TPU__TREE_POST_SOFTMAX = 1,
+  TPU__TREE_POST_LOGISTIC = 2,
+  TPU__TREE_POST_SOFTMAX_ZERO = 3
+};
+/* Which op: its outputs and its numerics. */
+enum { TPU__TREE_V5 = 0, TPU__TREE_REGRESSOR, TPU__TREE_CLASSIFIER };
+/* How a classifier turns its scores into Z and Y (ops_tree.c says exactly). */
+enum {
+  TPU__CLS_MULTI = 0,   /* a score per class; Y the first largest scored class */
+  TPU__CLS_BIN_LOGISTIC, /* two classes, one score s: Z = [σ(-s), σ(s)], Y = s > 0 */
+  TPU__CLS_BIN_PROB,     /* one score, every weight ≥ 0: Z = [1 - s, s], Y = s > 0.5 */
+  TPU__CLS_BIN_MARGIN    /* one score, mixed signs: Z = [-s, s], Y = s > 0 */
+};
+
+typedef struct {
+  int32_t feature;
+  float split;
+  int32_t next[2]; /* [0] false branch, [1] true branch: a node index, or ~leaf (< 0) */
+  uint8_t mode;
+  uint8_t missing_true; /* a NaN feature takes the true branch */
+} tpu__tnode_t;
+
+typedef struct {
+  int kind, agg, post, cls;
+  int all_lt; /* every node is LT without NEQ's NaN rule: XGBoost's fast loop */
+  int single; /* every leaf has exactly one entry (entry l is leaf l's) */
+  int track;  /* a classifier whose rows may leave a class unscored: track which are */
+  size_t ntrees, nnodes, nleaves, nentries, ntargets, width, nlabels;
+  int32_t bin_class; /* TPU__CLS_BIN_*: the class id whose sum is the score */
+  const int32_t *roots;       /* ntrees, encoded like next[] */
+  const tpu__tnode_t *nodes;  /* nnodes */
+  const uint32_t *lfirst;     /* nleaves + 1 */
+  const int32_t *etarget;     /* nentries */
+  const float *eweight;       /* nentries */
+  const float *base;          /* ntargets (zeros when the model gives none) */
+  const int64_t *labels;      /* classifier: nlabels class labels */
+} tpu__trees_t;
+
+/* Reads, validates and compiles the tree node being prepared, for an FP32 input of `width`
+ * columns. *out is one malloc'd block of *bytes bytes. Fails (tpu__prep_fail) naming the tree
+ * and node: arrays of different lengths, ids out of range or repeated, a cycle or shared
+ * subtree, a feature at or beyond the input width, a target beyond the outputs, a mode,
+ * aggregate or transform it does not take. */
+tpu_status_t tpu__trees_build(tpu__prep_t *pc, size_t width, tpu__trees_t **out, size_t *bytes);
+
+#endif /* TPU_TREE_INTERNAL_H */
