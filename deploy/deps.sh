@@ -20,6 +20,10 @@ build_pkgs=(
   # ONNX's own backend test models (/usr/share/libonnx-testdata): the ONNX decoder's unit
   # suite (tests/server/models/test_onnx.c) decodes every one, and fuzz_onnx seeds from them.
   libonnx-testdata
+  # test_trees.sh's fresh rows: 10,000 per model against the libraries themselves (XGBoost's
+  # predictor on the fixture's file, scikit-learn's estimators trained again and exported by
+  # models/export_sklearn_trees.py, which needs python3-onnx's helper).
+  python3-xgboost python3-sklearn python3-onnx
 )
 # bench/onnx_vs_ort.sh, bench/server_vs_peer.sh: python3-onnx writes their ONNX models, Node runs
 # onnxruntime-node (and the peer server, bench/peer), wrk loads both servers over HTTP.

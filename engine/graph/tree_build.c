@@ -544,6 +544,17 @@ static tpu_status_t build_v3(tpu__prep_t *pc, size_t width, int clf, tpu__trees_
     }
     t.roots[b] = v;
   }
+  for (size_t k = 0; k < n;) { /* every tree has a leaf (else its branches go round) */
+    size_t e = k, leaves = 0;
+    for (; e < n && t.sorted[e].tree == t.sorted[k].tree; e++)
+      leaves += t.modes[t.sorted[e].idx] == MODE_LEAF;
+    if (!leaves) {
+      st = tpu__prep_fail(pc, TPU_EINVAL, "tree %lld has no leaves (all its %zu nodes are "
+                          "branches)", (long long)t.sorted[k].tree, e - k);
+      goto done;
+    }
+    k = e;
+  }
   size_t single = 0; /* trees that are one leaf */
   for (size_t k = 0; k < ntrees; k++) single += t.modes[t.roots[k]] == MODE_LEAF;
   size_t nn = nb + single;

@@ -90,6 +90,25 @@ static tpu_status_t set_tensor(tpu__mtensor_t *t, const tpu_graph_io_t *io, int 
   return TPU_OK;
 }
 
+/* 1 when every node that reads graph input `name` is a tree ensemble (ai.onnx.ml
+ * TreeEnsemble*): those take NaN as a missing feature and ±Inf as numbers, so the server lets
+ * them through (the ONNX model of an XGBoost or HistGradientBoosting ensemble needs them). */
+static int only_trees_read(const tpu_graph_t *g, const char *name) {
+  long t = tpu_graph_find(g, name);
+  size_t readers = 0;
+  for (size_t k = 0; t >= 0 && k < tpu_graph_node_count(g); k++) {
+    tpu_graph_node_info_t nd;
+    if (tpu_graph_node(g, k, &nd) != TPU_OK) return 0;
+    for (size_t i = 0; i < nd.nin; i++) {
+      if (nd.inputs[i] != t) continue;
+      if (strcmp(nd.domain, "ai.onnx.ml") != 0 || strncmp(nd.op, "TreeEnsemble", 12) != 0)
+        return 0;
+      readers++;
+    }
+  }
+  return readers > 0;
+}
+
 static void *alloc_bytes(size_t n) {
   void *p = NULL;
   if (posix_memalign(&p, 64, ((n ? n : 1) + 63) & ~(size_t)63) != 0) return NULL;
@@ -217,7 +236,7 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
     m->nin = i + 1;
     tpu_model_tensor_t *t = &m->ins[i].t;
     t->has_range = tpu_graph_program_input_range(big, i, &t->range_lo, &t->range_hi);
-    t->missing_ok = cfg->format == TPU_MODEL_FORMAT_XGBOOST; /* NaN: a missing feature */
+    t->missing_ok = cfg->format == TPU_MODEL_FORMAT_XGBOOST || only_trees_read(m->graph, io.name);
   }
   m->in_row = off;
   off = 0;

@@ -797,6 +797,10 @@ static void test_v3_refusals(void) {
   v3a.tid[0] = 0; /* the root's true branch to itself */
   refused_v3(&reg, TPU_EINVAL, "tree 0 node 0: true branch goes to tree 0 node 0");
   stump(&v3a, ids, w1, w2, 1);
+  v3a.modes[1] = v3a.modes[2] = "BRANCH_LT";
+  v3a.nw = 0;
+  refused_v3(&reg, TPU_EINVAL, "tree 0 has no leaves (all its 3 nodes are branches)");
+  stump(&v3a, ids, w1, w2, 1);
   v3a.feat[0] = 1;
   refused_v3(&reg, TPU_EINVAL, "tree 0 node 0: feature 1 is outside the input's 1 columns");
   stump(&v3a, ids, w1, w2, 1);

@@ -1,16 +1,21 @@
 #!/bin/bash
-# test_xgboost.sh - XGBoost JSON models ("format": "xgboost") served by the real tpud, checked
-# against the library's own predictions stored with the fixtures (tests/data/xgboost/*/1/,
-# written by models/export_xgboost_examples.py). The assertions on outputs live in
-# xgboost_serving.py (numpy and grpcio only):
-#   1. the four fixtures load with the reference check passed (XGBoost's outputs on 1000 rows
-#      with NaN and ±Inf, tolerance 1e-6); beside them, malformed models (broken JSON, a child
-#      id out of range, a cycle, a tree with no nodes, a feature beyond num_feature, model.json
-#      pinning a wrong input width) are refused with a message naming the tree and node (the
-#      file and the field) while the good ones serve; model.json pinning the input's name works.
-#   2. every reference row over HTTP (binary tensors, JSON), gRPC (raw, typed) and the framed
-#      protocol (tpuctl): probabilities within 1e-6, margins within 1e-5, labels equal (`serve`);
-#      with python3-xgboost installed, 10,000 fresh rows per model against the library (`fresh`).
+# test_trees.sh - tree ensembles served by the real tpud, checked against the libraries' own
+# predictions stored with the fixtures: XGBoost JSON models ("format": "xgboost",
+# tests/data/xgboost/*/1/, written by models/export_xgboost_examples.py) and scikit-learn
+# forests and gradient boosting exported to ONNX TreeEnsembleClassifier / Regressor ("format":
+# "onnx", tests/data/sklearn/*/1/, models/export_sklearn_trees.py). The assertions on outputs
+# live in trees_serving.py (numpy and grpcio only):
+#   1. the ten fixtures load with the reference check passed (the library's outputs on 1000
+#      rows, NaN and ±Inf among them where the model takes them); beside them, malformed models
+#      are refused with a message naming the tree and node (the file and the field) while the
+#      good ones serve: XGBoost JSON broken, a child id out of range, a cycle, a tree with no
+#      nodes, a feature beyond num_feature, model.json pinning a wrong input width; ONNX a child
+#      its tree lacks, a cycle, a tree with no leaves, feature 40 of 10, a weight on a branch,
+#      a truncated file. model.json pinning the input's name works.
+#   2. every reference row over HTTP (JSON), gRPC (raw, typed) and the framed protocol
+#      (tpuctl): probabilities within 1e-6, margins and predictions within 1e-5, labels equal
+#      (`serve`); 10,000 fresh rows per model against the library itself (`fresh`: XGBoost with
+#      python3-xgboost installed, scikit-learn with python3-sklearn and python3-onnx).
 # $1 = build directory, $2 = source directory.
 set -u
 BUILD=$(cd "$1" && pwd)
@@ -18,8 +23,9 @@ SRC=$(cd "$2" && pwd)
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # tpud_ports, grpc_stubs
 TPUD=$BUILD/server/tpud
 TPUCTL=$BUILD/client/tpuctl
-HELPER=$SRC/tests/integration/xgboost_serving.py
+HELPER=$SRC/tests/integration/trees_serving.py
 DATA=$SRC/tests/data/xgboost
+SKDATA=$SRC/tests/data/sklearn
 for b in "$TPUD" "$TPUCTL"; do [ -x "$b" ] || { echo "$b not built"; exit 1; }; done
 for c in protoc grpc_python_plugin; do
   command -v $c >/dev/null || { echo "$c missing (deploy/deps.sh installs it)"; exit 1; }
@@ -48,7 +54,14 @@ grpc_stubs "$SRC" "$GEN" grpc_service.proto || exit 1
 # ---- the repository: the fixtures, malformed variants of fraud_d6, a pinned input name ----
 REPO=$WORK/repo
 mkdir -p "$REPO"
-for d in "$DATA"/*/; do cp -r "$d" "$REPO/"; done
+for d in "$DATA"/*/ "$SKDATA"/*/; do [ "$(basename "$d")" = malformed ] || cp -r "$d" "$REPO/"; done
+for f in "$SKDATA"/malformed/*.onnx; do # each broken ONNX file as a model of its own
+  m=onnx_$(basename "$f" .onnx)
+  mkdir -p "$REPO/$m/1"
+  cp "$f" "$REPO/$m/1/model.onnx"
+  printf '{"format": "onnx", "checkpoint": {"file": "model.onnx", "sha256": "%s"}}\n' \
+    "$(sha256sum "$f" | cut -d' ' -f1)" > "$REPO/$m/1/model.json"
+done
 $PY - "$DATA/fraud_d6/1" "$REPO" <<'EOF' || { echo "FAIL: could not write the variants"; exit 1; }
 import hashlib, json, os, sys
 src, repo = sys.argv[1], sys.argv[2]
@@ -94,6 +107,9 @@ echo "-- 1. loading: the fixtures with the reference check, the malformed models
 n=$(grep -c "ready in .*(xgboost.*reference check passed: 1000 rows" "$LOG")
 [ "$n" = 4 ] && ok "log: four xgboost fixtures ready with 'reference check passed: 1000 rows'" ||
   fail "log: $n ready lines: $(grep -E "ready|failed" "$LOG")"
+n=$(grep -c "ready in .*(onnx.*reference check passed: 1000 rows" "$LOG")
+[ "$n" = 6 ] && ok "log: six scikit-learn ONNX fixtures ready with the reference check passed" ||
+  fail "log: $n onnx ready lines: $(grep -E "ready|failed" "$LOG")"
 expect_refusal() { # MODEL PATTERN
   local line
   line=$(grep "model '$1' version 1: load failed" "$LOG")
@@ -110,6 +126,12 @@ expect_refusal bad_noleaf "tree 3: has no nodes, so no leaf"
 expect_refusal bad_feature "tree 5 node 0: splits on feature 40, beyond the model's 12 input"
 expect_refusal bad_width \
   "model.json inputs\[0\] 'input' is FP32 \[-1,13\]; the graph says FP32 \[-1,12\]"
+expect_refusal onnx_bad_child "tree 2 node [0-9]*: true branch names node 99, which tree 2 does not"
+expect_refusal onnx_bad_cycle "tree 1 node [0-9]*: true branch goes to tree 1 node 0, which is alr"
+expect_refusal onnx_bad_noleaf "tree 3 has no leaves (all its [0-9]* nodes are branches)"
+expect_refusal onnx_bad_feature "tree 1 node 0: feature 40 is outside the input's 10 columns"
+expect_refusal onnx_bad_weight "weight 0 names tree 0 node 0, which is a branch, not a leaf"
+expect_refusal onnx_truncated "model.onnx"
 grep -q "model 'named' version 1: ready in .*input 'features' FP32 \[-1,12\]" "$LOG" &&
   ok "named: model.json's input name pinned ('features')" ||
   fail "named: $(grep "'named'" "$LOG")"
@@ -127,9 +149,12 @@ code=$(curl -s -o "$WORK/badreq.json" -w '%{http_code}' -X POST \
   fail "wrong width: HTTP $code $(cat "$WORK/badreq.json")"
 
 echo "-- 2. every reference row over every protocol ($((SECONDS - T0)) s)"
-for suite in serve fresh; do
-  $PY "$HELPER" $suite --http "http://127.0.0.1:$HPORT" --target "127.0.0.1:$NPORT" --gen "$GEN" \
-    --tpuctl "$TPUCTL" --data "$DATA" || FAIL=1
+for kind in xgboost sklearn; do
+  for suite in serve fresh; do
+    $PY "$HELPER" $suite --kind $kind --http "http://127.0.0.1:$HPORT" --target \
+      "127.0.0.1:$NPORT" --gen "$GEN" --tpuctl "$TPUCTL" --data "$SRC/tests/data/$kind" \
+      --src "$SRC" || FAIL=1
+  done
 done
 
 kill -TERM "$PID" 2>/dev/null
@@ -139,6 +164,6 @@ PID=
 [ $rc = 0 ] || fail "tpud exited $rc after SIGTERM: $(tail -5 "$LOG")"
 grep -E "AddressSanitizer|runtime error|Segmentation|assert" "$LOG" && fail "tpud log: see above"
 
-echo "test_xgboost: $((SECONDS - T0)) s"
-[ $FAIL = 0 ] && echo "test_xgboost: all passed" || echo "test_xgboost: FAILED"
+echo "test_trees: $((SECONDS - T0)) s"
+[ $FAIL = 0 ] && echo "test_trees: all passed" || echo "test_trees: FAILED"
 exit $FAIL

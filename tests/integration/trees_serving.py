@@ -1,19 +1,28 @@
 #!/usr/bin/python3
-"""The Python side of tests/integration/test_xgboost.sh: XGBoost models served by the real tpud.
+"""The Python side of tests/integration/test_trees.sh: tree ensembles served by the real tpud.
 
-usage: xgboost_serving.py SUITE --http URL --target HOST:PORT --gen STUBS --tpuctl PATH
-                          --data DIR [--models a,b]
+usage: trees_serving.py SUITE --kind xgboost|sklearn --http URL --target HOST:PORT --gen STUBS
+                        --tpuctl PATH --data DIR --src DIR [--models a,b]
 
-The fixtures are tests/data/xgboost/<model>/1/ (xgboost.json, reference.safetensors with
-input.input / output.NAME over 1000 rows: XGBoost's own inplace_predict outputs, rows with NaN,
-+Inf and -Inf among them; model.json). Suites:
-  serve   per model: metadata over HTTP (format xgboost, the loader's tensors); all 1000 rows
-          over gRPC (raw and typed contents: NaN and ±Inf are taken), the rows without NaN or
-          Inf (JSON has no text for them, and tpud's HTTP has no binary tensors yet) over HTTP
-          JSON and the framed protocol (tpuctl infer), in requests of 1..64 rows concurrently:
-          probabilities within 1e-6 of the library's, margins within 1e-5, labels equal.
-  fresh   (only where python3-xgboost is installed) 10,000 fresh rows with NaN and ±Inf per
-          model over gRPC against Booster.inplace_predict on the fixture's own xgboost.json.
+The fixtures are tests/data/<kind>/<model>/1/ (the model file, reference.safetensors with
+input.input / output.NAME over 1000 rows, the library's own outputs; model.json):
+  xgboost  xgboost.json (Booster.save_model), XGBoost's inplace_predict; rows with NaN, +Inf
+           and -Inf among them
+  sklearn  model.onnx (TreeEnsembleClassifier / Regressor, written by
+           models/export_sklearn_trees.py), scikit-learn's predict / predict_proba; the
+           HistGradientBoosting fixtures' rows hold NaN and ±Inf (DecisionTree ensembles refuse
+           them)
+Suites:
+  serve   per model: metadata over HTTP (the format, the loader's tensors); all 1000 rows over
+          gRPC (raw and typed contents: NaN and ±Inf are taken), the rows without NaN or Inf
+          (JSON has no text for them) over HTTP JSON and the framed protocol (tpuctl infer), in
+          requests of 1..64 rows concurrently: probabilities within 1e-6 of the library's,
+          margins and predictions within 1e-5, labels equal.
+  fresh   10,000 fresh rows per model over gRPC against the library itself: XGBoost's
+          Booster.inplace_predict on the fixture's own xgboost.json (where python3-xgboost is
+          installed); scikit-learn's predict on the estimator the exporter trains again (where
+          python3-sklearn and python3-onnx are; its export must equal the fixture's file byte
+          for byte, so the estimator is the fixture's).
 Prints "ok: ..." / "FAIL: ..." lines; exits 1 when anything failed.
 """
 import argparse
@@ -34,7 +43,9 @@ FAILS = 0
 ARGS = None
 LOCK = threading.Lock()
 grpc = inf = infg = None
-MODELS = ["fraud_d6", "multi_d3", "forest_d3", "reg_d6"]
+MODELS = {"xgboost": ["fraud_d6", "multi_d3", "forest_d3", "reg_d6"],
+          "sklearn": ["rf_multi", "rf_reg", "gb_fraud", "hgb_fraud", "hgb_multi", "hgb_reg"]}
+LIB = {"xgboost": "XGBoost", "sklearn": "scikit-learn"}
 TOL = {"probabilities": 1e-6, "prediction": 1e-5, "margin": 1e-5, "label": 0}
 NP_OF = {"FP32": "<f4", "INT64": "<i8"}
 ST = {"F32": "<f4", "I64": "<i8"}
@@ -117,14 +128,14 @@ class Agree:
             if err > TOL[n]:
                 i = int(np.argmax(np.abs(g.astype(np.float64) - w.astype(np.float64)).ravel()))
                 self.bad.append(f"rows {lo}..{hi} '{n}' element {i}: got {g.ravel()[i]}, "
-                                f"XGBoost {w.ravel()[i]}")
+                                f"{LIB[ARGS.kind]} {w.ravel()[i]}")
         with LOCK:
             self.rows += hi - lo
 
     def report(self, rows):
         worst = ", ".join(f"{k} {v:.3g}" for k, v in sorted(self.worst.items()))
         check(not self.bad and self.rows == rows,
-              f"{self.what}: {self.rows} rows agree with XGBoost (max |error|: {worst})",
+              f"{self.what}: {self.rows} rows agree with {LIB[ARGS.kind]} (max |error|: {worst})",
               f"{self.rows} of {rows} rows; {len(self.bad)} bad: {self.bad[:3]}")
 
 
@@ -207,8 +218,9 @@ def serve():
     rng = random.Random(18)
     for model in ARGS.models:
         st, meta = http("GET", f"/v2/models/{model}")
+        platform = "tpud_xgboost" if ARGS.kind == "xgboost" else "tpud_onnx"
         check(st == 200 and meta["inputs"][0]["name"] == "input" and
-              meta.get("platform") == "tpud_xgboost",
+              meta.get("platform") == platform,
               f"{model}: metadata over HTTP ({', '.join(o['name'] for o in meta['outputs'])})",
               f"{st} {meta}")
         if st != 200:
@@ -222,8 +234,9 @@ def serve():
         allrows = np.arange(x.shape[0])
         finite = allrows[np.isfinite(x).all(axis=1)]
         special = x.shape[0] - len(finite)
-        check(special > 100 and np.isinf(x).any() and np.isnan(x).any(),
-              f"{model}: {special} of {x.shape[0]} rows hold NaN or ±Inf")
+        if ARGS.kind == "xgboost" or model.startswith("hgb_"):
+            check(special > 100 and np.isinf(x).any() and np.isnan(x).any(),
+                  f"{model}: {special} of {x.shape[0]} rows hold NaN or ±Inf")
         agree("gRPC raw contents (all rows)", via_grpc, model, x, want, allrows, rng)
         agree("gRPC typed contents (all rows)", lambda m, v: via_grpc(m, v, raw=False), model, x,
               want, allrows, rng)
@@ -233,11 +246,39 @@ def serve():
         st, r = http("GET", "/v2/debug/models")
         if st == 200:
             txt = json.dumps(r)
-            check("xgboost" in txt and "TreeEnsemble" in txt,
-                  f"{model}: /v2/debug/models says format xgboost and the TreeEnsemble step")
+            fmt, op = ("xgboost", "TreeEnsemble") if ARGS.kind == "xgboost" else \
+                ("onnx", "TreeEnsembleClassifier" if "label" in want else "TreeEnsembleRegressor")
+            check(fmt in txt and op in txt,
+                  f"{model}: /v2/debug/models says format {fmt} and the {op} step")
+
+
+def fresh_sklearn():
+    try:
+        sys.path.insert(0, os.path.join(ARGS.src, "models"))
+        sys.dont_write_bytecode = True
+        import sklearn
+        import export_sklearn_trees as ex
+    except ImportError as e:
+        print(f"note: {e.name} is not installed: the 10,000 fresh rows are skipped")
+        return
+    import hashlib
+    for model in ARGS.models:
+        est, _ = ex.train(model)
+        raw = ex.to_onnx(est, ex.MODELS[model][1]).SerializeToString()
+        have = open(os.path.join(ARGS.data, model, "1", "model.onnx"), "rb").read()
+        if hashlib.sha256(raw).digest() != hashlib.sha256(have).digest():
+            print(f"note: {model}: scikit-learn {sklearn.__version__} trains another estimator "
+                  f"than the fixture's (re-export with models/export_sklearn_trees.py): skipped")
+            continue
+        x = ex.fresh_rows(model, np.random.default_rng(1818), 10000)
+        want = ex.expected(est, x)
+        agree(f"10,000 fresh rows ({type(est).__name__}, scikit-learn {sklearn.__version__}) "
+              f"over gRPC", via_grpc, model, x, want, np.arange(10000), random.Random(7))
 
 
 def fresh():
+    if ARGS.kind == "sklearn":
+        return fresh_sklearn()
     try:
         import xgboost as xgb
     except ImportError:
@@ -270,10 +311,12 @@ def main():
     global ARGS, grpc, inf, infg
     ap = argparse.ArgumentParser()
     ap.add_argument("suite", choices=["serve", "fresh"])
-    for a in ("--http", "--target", "--gen", "--tpuctl", "--data"):
+    ap.add_argument("--kind", choices=sorted(MODELS), required=True)
+    for a in ("--http", "--target", "--gen", "--tpuctl", "--data", "--src"):
         ap.add_argument(a, required=True)
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models")
     ARGS = ap.parse_args()
+    ARGS.models = ARGS.models or ",".join(MODELS[ARGS.kind])
     ARGS.models = ARGS.models.split(",")
     sys.path.insert(0, ARGS.gen)
     import grpc as g  # noqa: E402
