@@ -176,6 +176,20 @@ typedef enum {
   TPU__VF_COUNT
 } tpu__vfn_t;
 
+/* A tree ensemble laid out for level-by-level traversal (engine/graph/ops_tree.c builds it):
+ * every tree padded to `depth` levels, node i's children at 2i+1 (taken when the comparison
+ * holds, or for NaN when the node's default-left bit is set) and 2i+2; a leaf above the last
+ * level fills every slot below it, so any path through the padding ends at its value. */
+typedef struct {
+  int depth;      /* D >= 1 */
+  int leq;        /* 1: x <= thr goes left; 0: x < thr */
+  size_t ntrees;
+  const int32_t *feat; /* ntrees * (2^D - 1): the feature, bit 31 set when NaN goes left */
+  const float *thr;    /* ntrees * (2^D - 1) */
+  const float *lval;   /* ntrees * 2^D: the leaf value of each slot */
+  const int32_t *target; /* ntrees: the output column every leaf of tree t adds to */
+} tpu__tree_perfect_t;
+
 typedef struct tpu__vec_kernels {
   const char *name; /* "tpu_vmath_avx512" */
   void (*map)(tpu__vfn_t f, const float *x, float *y, size_t n);
@@ -183,7 +197,21 @@ typedef struct tpu__vec_kernels {
   void (*acc_f64)(double *acc, const float *x, size_t n);
   void (*layernorm)(const float *x, size_t n, const float *scale, const float *bias, double eps,
                     float *y, double *mean, double *inv);
+  /* Adds, for each of `rows` rows of x (width floats each), every tree's leaf value to its
+   * row of acc (nt floats, initialised by the caller) in tree order, so the sums are those of
+   * any exact traversal bit for bit. NULL: the portable loop (tpu__tree_perfect_ref). */
+  void (*tree_perfect)(const tpu__tree_perfect_t *p, const float *x, size_t width, size_t rows,
+                       float *acc, size_t nt);
 } tpu__vec_kernels_t;
+
+/* The portable level-by-level traversal (engine/kernels/ref/tree_ref.c). */
+void tpu__tree_perfect_ref(const tpu__tree_perfect_t *p, const float *x, size_t width,
+                           size_t rows, float *acc, size_t nt);
+#ifdef TPU_HAVE_KERNELS_AVX512
+/* The same with AVX-512 gathers, 16 trees at a time (engine/kernels/avx512/tree_avx512.c). */
+void tpu__tree_perfect_avx512(const tpu__tree_perfect_t *p, const float *x, size_t width,
+                              size_t rows, float *acc, size_t nt);
+#endif
 
 /* One kernel set: a name users can force with TPUD_ISA, the CPU features it needs, one entry
  * per compute dtype, indexed by tpu_dtype_t (FP32, BF16, INT8), and its vector math (NULL:

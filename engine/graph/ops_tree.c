@@ -45,7 +45,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "tpu_kernels.h"
 #include "tree_internal.h"
 
 /* Rows per block: each tree is walked for a block of rows before the next tree, so its nodes
@@ -58,6 +60,10 @@
 typedef struct {
   const tpu__trees_t *e;
   tpu__trees_t *owned;
+  const tpu__tree_perfect_t *perf; /* the padded layout, NULL when the trees cannot take it */
+  void *owned_perf;                /* its block, when this step built it */
+  void (*levels)(const tpu__tree_perfect_t *, const float *, size_t, size_t, float *, size_t);
+  int use_levels;                  /* this bucket's choice */
   float *acc;
   unsigned char *has;
 } tree_step_t;
@@ -65,8 +71,160 @@ typedef struct {
 static void tree_release(void *params) {
   tree_step_t *ts = params;
   free(ts->owned);
+  free(ts->owned_perf);
   free(ts->acc);
   free(ts->has);
+}
+
+/* ---- the level-by-level layout ---- */
+
+#define LEVELS_MAX_DEPTH 12               /* 4095 inner slots a tree */
+#define LEVELS_MAX_BYTES ((size_t)64 << 20) /* per model */
+
+/* The depth of the subtree at encoded node `at` (a leaf: 0). The trees are acyclic. */
+static int depth_of(const tpu__trees_t *p, int32_t at) {
+  if (at < 0) return 0;
+  int l = depth_of(p, p->nodes[at].next[1]), r = depth_of(p, p->nodes[at].next[0]);
+  return 1 + (l > r ? l : r);
+}
+
+/* Slot i (level d of D) of tree t's padded arrays from encoded node `at`. */
+static void fill(const tpu__trees_t *p, int32_t at, size_t i, int d, int D, int32_t *feat,
+                 float *thr, float *lval, size_t inner) {
+  if (d == D) {
+    lval[i - inner] = p->eweight[p->lfirst[~at]];
+    return;
+  }
+  if (at < 0) { /* a leaf above the last level: every path below ends at it */
+    feat[i] = 0;
+    thr[i] = 0;
+  } else {
+    const tpu__tnode_t *n = &p->nodes[at];
+    feat[i] = n->feature | (n->missing_true ? INT32_MIN : 0);
+    thr[i] = n->split;
+  }
+  fill(p, at < 0 ? at : p->nodes[at].next[1], 2 * i + 1, d + 1, D, feat, thr, lval, inner);
+  fill(p, at < 0 ? at : p->nodes[at].next[0], 2 * i + 2, d + 1, D, feat, thr, lval, inner);
+}
+
+/* The padded layout of p in one block (*blk), or NULL when p cannot take it: leaves with other
+ * than one weight, a tree whose leaves feed different targets, modes other than all < or all
+ * <=, the classifier's per-row scored classes, or too deep or too large (*why says which). */
+static tpu__tree_perfect_t *build_levels(const tpu__trees_t *p, void **blk, const char **why) {
+  *blk = NULL;
+  if (!p->single || p->track) {
+    *why = "leaves with several weights";
+    return NULL;
+  }
+  int mode = p->nodes[0].mode;
+  for (size_t n = 0; n < p->nnodes; n++)
+    if (p->nodes[n].mode != mode || (mode != TPU__TREE_LT && mode != TPU__TREE_LEQ)) {
+      *why = "mixed or equality branch modes";
+      return NULL;
+    }
+  int D = 1;
+  for (size_t t = 0; t < p->ntrees; t++) {
+    int d = depth_of(p, p->roots[t]);
+    D = d > D ? d : D;
+    if (D > LEVELS_MAX_DEPTH) {
+      *why = "deeper than 12 levels";
+      return NULL;
+    }
+  }
+  size_t inner = ((size_t)1 << D) - 1;
+  size_t bytes = sizeof(tpu__tree_perfect_t) +
+                 p->ntrees * (inner * (sizeof(int32_t) + sizeof(float)) +
+                              (inner + 1) * sizeof(float) + sizeof(int32_t));
+  if (bytes > LEVELS_MAX_BYTES) {
+    *why = "padded trees over 64 MiB";
+    return NULL;
+  }
+  unsigned char *b = malloc(bytes);
+  if (!b) {
+    *why = "out of memory";
+    return NULL;
+  }
+  tpu__tree_perfect_t *pt = (tpu__tree_perfect_t *)b;
+  int32_t *feat = (int32_t *)(pt + 1);
+  float *thr = (float *)(feat + p->ntrees * inner);
+  float *lval = thr + p->ntrees * inner;
+  int32_t *target = (int32_t *)(lval + p->ntrees * (inner + 1));
+  for (size_t t = 0; t < p->ntrees; t++) {
+    /* one target per tree: that of its leaves (all the same, or no padded layout) */
+    int32_t tg = -1;
+    size_t stack[64], sp = 0;
+    int ok = 1;
+    if (p->roots[t] < 0) tg = p->etarget[p->lfirst[~p->roots[t]]];
+    else stack[sp++] = (size_t)p->roots[t];
+    while (sp && ok) {
+      const tpu__tnode_t *n = &p->nodes[stack[--sp]];
+      for (int c = 0; c < 2; c++) {
+        if (n->next[c] >= 0) {
+          stack[sp++] = (size_t)n->next[c]; /* depth <= 12: at most 13 pending */
+          continue;
+        }
+        int32_t lt = p->etarget[p->lfirst[~n->next[c]]];
+        if (tg >= 0 && lt != tg) ok = 0;
+        tg = lt;
+      }
+    }
+    if (!ok) {
+      free(b);
+      *why = "a tree whose leaves feed different targets";
+      return NULL;
+    }
+    target[t] = tg;
+    fill(p, p->roots[t], 0, 0, D, feat + t * inner, thr + t * inner, lval + t * (inner + 1),
+         inner);
+  }
+  *pt = (tpu__tree_perfect_t){.depth = D, .leq = mode == TPU__TREE_LEQ, .ntrees = p->ntrees,
+                              .feat = feat, .thr = thr, .lval = lval, .target = target};
+  *blk = b;
+  return pt;
+}
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static void walk_rows(const tpu__trees_t *p, const float *x, size_t r0, size_t r1, float *acc,
+                      unsigned char *has);
+
+/* The better strategy for `rows`-row batches, measured on rows made of the model's own
+ * thresholds (each feature at one of its splits, just below or at it, so rows take the trees'
+ * paths rather than one edge): *walk_us and *levels_us per row, best of three. */
+static int measure(const tree_step_t *ts, size_t rows, double *walk_us, double *levels_us) {
+  const tpu__trees_t *p = ts->e;
+  size_t n = rows < 1 ? 1 : rows > 256 ? 256 : rows, w = p->width;
+  float *x = malloc(n * w * sizeof *x), *acc = malloc(n * p->ntargets * sizeof *acc);
+  if (!x || !acc) {
+    free(x), free(acc);
+    return 0;
+  }
+  uint64_t st = 0x9e3779b97f4a7c15ull ^ rows;
+  for (size_t i = 0; i < n * w; i++) x[i] = 0;
+  for (size_t r = 0; r < n; r++)
+    for (size_t k = 0; k < 2 * w + 8; k++) { /* a few nodes' features set to their splits */
+      st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+      const tpu__tnode_t *nd = &p->nodes[st % p->nnodes];
+      x[r * w + (size_t)nd->feature] = (st >> 40) & 1 ? nd->split : nextafterf(nd->split, -INFINITY);
+    }
+  double best[2] = {1e300, 1e300};
+  for (int rep = 0; rep < 3; rep++)
+    for (int s = 0; s < 2; s++) {
+      memset(acc, 0, n * p->ntargets * sizeof *acc);
+      double t0 = now_us();
+      if (s) ts->levels(ts->perf, x, w, n, acc, p->ntargets);
+      else walk_rows(p, x, 0, n, acc, NULL);
+      double dt = (now_us() - t0) / (double)n;
+      best[s] = dt < best[s] ? dt : best[s];
+    }
+  free(x), free(acc);
+  *walk_us = best[0];
+  *levels_us = best[1];
+  return best[1] < best[0];
 }
 
 static const char *const post_names[] = {"", ", softmax", ", logistic", ", softmax_zero"};
@@ -81,14 +239,40 @@ static tpu_status_t tree_prepare(tpu__prep_t *pc, tpu__step_t *s) {
   s->release = tree_release;
   const tree_step_t *sh = pc->shared;
   size_t bytes = 0;
+  const char *why = "";
   if (sh && sh->e && sh->e->width == width) { /* validated and copied once per model */
     ts->e = sh->e;
+    ts->perf = sh->perf;
   } else {
     tpu_status_t st = tpu__trees_build(pc, width, &ts->owned, &bytes);
     if (st != TPU_OK) return st; /* the program frees params (release, then free) */
     ts->e = ts->owned;
+    ts->perf = build_levels(ts->e, &ts->owned_perf, &why);
+    if (ts->perf) {
+      size_t inner = ((size_t)1 << ts->perf->depth) - 1;
+      bytes += ts->e->ntrees * (inner * 8 + (inner + 1) * 4 + 4);
+    }
   }
   const tpu__trees_t *e = ts->e;
+  const struct tpu__vec_kernels *vec = tpu__prep_vec(pc);
+  ts->levels = vec->tree_perfect ? vec->tree_perfect : tpu__tree_perfect_ref;
+  /* The strategy: TPUD_TREE_STRATEGY=walk or =levels forces one (where the trees can take
+   * it); otherwise the one measured faster for this bucket's batch. */
+  const char *force = getenv("TPUD_TREE_STRATEGY");
+  double walk_us = 0, levels_us = 0;
+  char how[96];
+  if (!ts->perf) {
+    snprintf(how, sizeof how, "node walk (no level layout: %s)", why[0] ? why : "shared");
+  } else if (force && strcmp(force, "walk") == 0) {
+    snprintf(how, sizeof how, "node walk (TPUD_TREE_STRATEGY)");
+  } else if (force && strcmp(force, "levels") == 0) {
+    ts->use_levels = 1;
+    snprintf(how, sizeof how, "levels, depth %d (TPUD_TREE_STRATEGY)", ts->perf->depth);
+  } else {
+    ts->use_levels = measure(ts, (size_t)x->dims[0], &walk_us, &levels_us);
+    snprintf(how, sizeof how, "%s, depth %d (measured %.2f us/row levels, %.2f node walk)",
+             ts->use_levels ? "levels" : "node walk", ts->perf->depth, levels_us, walk_us);
+  }
   if (e->kind != TPU__TREE_CLASSIFIER && (s->nout < 1 || !s->out[0]))
     return tpu__prep_fail(pc, TPU_EINVAL, "output 0 (the scores) is required");
   if (e->kind == TPU__TREE_CLASSIFIER) {
@@ -98,10 +282,11 @@ static tpu_status_t tree_prepare(tpu__prep_t *pc, tpu__step_t *s) {
     bytes += ROW_BLOCK * e->ntargets * (sizeof *ts->acc + 1);
   }
   s->param_bytes = sizeof *ts + bytes;
-  snprintf(s->desc, sizeof s->desc, "%zu trees, %zu nodes, %zu leaves, %zu %s: exact "
-           "traversal%s%s%s", e->ntrees, e->nnodes, e->nleaves, e->ntargets,
+  snprintf(s->desc, sizeof s->desc, "%zu trees, %zu nodes, %zu leaves, %zu %s%s%s%s: exact, %s",
+           e->ntrees, e->nnodes, e->nleaves, e->ntargets,
            e->kind == TPU__TREE_CLASSIFIER ? "classes" : "targets", post_names[e->post],
-           e->agg == TPU__TREE_AVERAGE ? ", average" : "", ts->owned ? "" : " (trees shared)");
+           e->agg == TPU__TREE_AVERAGE ? ", average" : "", ts->owned ? "" : " (trees shared)",
+           how);
   return TPU_OK;
 }
 
@@ -137,8 +322,8 @@ static inline int32_t leaf_of(const tpu__trees_t *p, int32_t at, const float *ro
 
 /* Sums rows r0..r1's leaves into acc (nt per row, which the caller initialised), tree by
  * tree; has (may be NULL) gets 1 for every target a row's leaves had an entry for. */
-static void accumulate(const tpu__trees_t *p, const float *x, size_t r0, size_t r1, float *acc,
-                       unsigned char *has) {
+static void walk_rows(const tpu__trees_t *p, const float *x, size_t r0, size_t r1, float *acc,
+                      unsigned char *has) {
   size_t nt = p->ntargets;
   for (size_t t = 0; t < p->ntrees; t++)
     for (size_t i = r0; i < r1; i++) {
@@ -154,6 +339,16 @@ static void accumulate(const tpu__trees_t *p, const float *x, size_t r0, size_t 
         if (has) has[(i - r0) * nt + (size_t)p->etarget[k]] = 1;
       }
     }
+}
+
+/* Rows r0..r1 by the step's strategy (the same sums either way). */
+static void accumulate(const tree_step_t *ts, const float *x, size_t r0, size_t r1, float *acc,
+                       unsigned char *has) {
+  const tpu__trees_t *p = ts->e;
+  if (ts->use_levels)
+    ts->levels(ts->perf, x + r0 * p->width, p->width, r1 - r0, acc, p->ntargets);
+  else
+    walk_rows(p, x, r0, r1, acc, has);
 }
 
 /* ONNX Runtime's transforms (ml_common.h's ComputeLogistic, ComputeSoftmax[Zero]). */
@@ -181,13 +376,14 @@ static void ort_post(int post, float *z, size_t n) {
 }
 
 /* TreeEnsemble v5: XGBoost's numerics (see DESIGN). */
-static void run_v5(const tpu__trees_t *p, const float *x, size_t rows, float *y, float *raw) {
+static void run_v5(const tree_step_t *ts, const float *x, size_t rows, float *y, float *raw) {
+  const tpu__trees_t *p = ts->e;
   size_t nt = p->ntargets;
   for (size_t r0 = 0; r0 < rows; r0 += ROW_BLOCK) {
     size_t r1 = rows - r0 < ROW_BLOCK ? rows : r0 + ROW_BLOCK;
     for (size_t i = r0; i < r1; i++)
       for (size_t k = 0; k < nt; k++) y[i * nt + k] = p->agg == TPU__TREE_SUM ? p->base[k] : 0;
-    accumulate(p, x, r0, r1, y + r0 * nt, NULL);
+    accumulate(ts, x, r0, r1, y + r0 * nt, NULL);
     for (size_t i = r0; i < r1; i++) {
       float *acc = y + i * nt;
       if (p->agg == TPU__TREE_AVERAGE)
@@ -213,12 +409,13 @@ static void run_v5(const tpu__trees_t *p, const float *x, size_t rows, float *y,
 }
 
 /* TreeEnsembleRegressor: ONNX Runtime's numerics. */
-static void run_regressor(const tpu__trees_t *p, const float *x, size_t rows, float *y) {
+static void run_regressor(const tree_step_t *ts, const float *x, size_t rows, float *y) {
+  const tpu__trees_t *p = ts->e;
   size_t nt = p->ntargets;
   for (size_t r0 = 0; r0 < rows; r0 += ROW_BLOCK) {
     size_t r1 = rows - r0 < ROW_BLOCK ? rows : r0 + ROW_BLOCK;
     memset(y + r0 * nt, 0, (r1 - r0) * nt * sizeof *y);
-    accumulate(p, x, r0, r1, y + r0 * nt, NULL);
+    accumulate(ts, x, r0, r1, y + r0 * nt, NULL);
     for (size_t i = r0; i < r1; i++) {
       float *a = y + i * nt;
       for (size_t k = 0; k < nt; k++)
@@ -237,7 +434,7 @@ static void run_classifier(const tree_step_t *ts, const float *x, size_t rows, i
     size_t r1 = rows - r0 < ROW_BLOCK ? rows : r0 + ROW_BLOCK;
     memset(ts->acc, 0, (r1 - r0) * nt * sizeof *ts->acc);
     if (p->track) memset(ts->has, 0, (r1 - r0) * nt);
-    accumulate(p, x, r0, r1, ts->acc, p->track ? ts->has : NULL);
+    accumulate(ts, x, r0, r1, ts->acc, p->track ? ts->has : NULL);
     for (size_t i = r0; i < r1; i++) {
       float *a = ts->acc + (i - r0) * nt;
       const unsigned char *h = ts->has + (i - r0) * nt;
@@ -281,8 +478,8 @@ static tpu_status_t tree_run(tpu__run_ctx_t *rc, tpu__step_t *s) {
   void *o0 = s->nout > 0 && s->out[0] ? s->out[0]->data : NULL;
   void *o1 = s->nout > 1 && s->out[1] ? s->out[1]->data : NULL;
   switch (p->kind) {
-  case TPU__TREE_V5: run_v5(p, x, rows, o0, o1); break;
-  case TPU__TREE_REGRESSOR: run_regressor(p, x, rows, o0); break;
+  case TPU__TREE_V5: run_v5(ts, x, rows, o0, o1); break;
+  case TPU__TREE_REGRESSOR: run_regressor(ts, x, rows, o0); break;
   default: run_classifier(ts, x, rows, o0, o1); break;
   }
   return TPU_OK;

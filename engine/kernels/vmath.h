@@ -414,5 +414,8 @@ const tpu__vec_kernels_t TPU_VMATH_TABLE = {
     .softmax = vsoftmax,
     .acc_f64 = vacc_f64,
     .layernorm = vlayernorm,
+#ifdef TPU_VMATH_TREE
+    .tree_perfect = TPU_VMATH_TREE,
+#endif
 };
 #endif /* TPU_VMATH_DEFINE_TABLE */

@@ -291,6 +291,64 @@ static void test_random_against_reference(void) {
   }
 }
 
+/* The two strategies (ops_tree.c: the node walk and the level-by-level layout, scalar or
+ * AVX-512 16 trees at a time) give the same bits: ensembles of 16+ trees with a tail, all-<
+ * (XGBoost) and all-<= (scikit-learn) modes, NaN and ±Inf rows, several batch sizes; the
+ * program says which it runs. */
+static void test_strategies_agree(void) {
+  for (int round = 0; round < 8; round++) {
+    ens_t e;
+    int64_t width = tpu_test_rand_range(1, 9);
+    size_t ntargets = (size_t)tpu_test_rand_range(1, 3);
+    size_t ntrees = round % 2 ? 40 : 19;
+    random_ens(&e, ntrees, round % 2 ? 3 : 4, width, ntargets, 0);
+    if (round % 4 >= 2)
+      for (size_t n = 0; n < e.nn; n++) e.modes[n] = 0; /* BRANCH_LEQ */
+    size_t rows = round < 4 ? 37 : 150;
+    float x[150 * 9], y[2][150 * 3], raw[2][150 * 3];
+    for (size_t i = 0; i < rows * (size_t)width; i++) {
+      long k = tpu_test_rand_range(0, 19);
+      x[i] = k == 0 ? NAN : k == 1 ? INFINITY : k == 2 ? -INFINITY
+           : k == 3 ? e.split[tpu_test_rand_range(0, (long)e.nn - 1)]
+                    : tpu_test_rand_float(-1.5f, 1.5f);
+    }
+    e.post = ntargets > 1 ? 1 : 2;
+    tpu_graph_t *g = build(&e, width);
+    const char *names[2] = {"walk", "levels"};
+    for (int k = 0; k < 2; k++) {
+      setenv("TPUD_TREE_STRATEGY", names[k], 1);
+      tpu_graph_program_t *p = NULL;
+      CU_ASSERT_FATAL(tpu_graph_compile(g, tg_engine(), (int64_t)rows, NULL, &p) == TPU_OK);
+      char d[1024];
+      tpu_graph_program_describe(p, d, sizeof d);
+      CU_ASSERT_PTR_NOT_NULL(strstr(d, k ? "levels, depth" : "node walk"));
+      const void *ins[1] = {x};
+      void *outs[2] = {y[k], raw[k]};
+      CU_ASSERT_FATAL(tpu_graph_program_run(p, ins, outs) == TPU_OK);
+      tpu_graph_program_free(p);
+    }
+    unsetenv("TPUD_TREE_STRATEGY");
+    TPU_ASSERT_SEED(memcmp(raw[0], raw[1], rows * ntargets * sizeof(float)) == 0);
+    TPU_ASSERT_SEED(memcmp(y[0], y[1], rows * ntargets * sizeof(float)) == 0);
+    float want[150 * 3];
+    reference(&e, x, rows, width, want);
+    TPU_ASSERT_SEED(memcmp(raw[1], want, rows * ntargets * sizeof(float)) == 0);
+    tpu_graph_free(g);
+  }
+  /* Equality modes have no level layout: the walk, and the program says why. */
+  ens_t e;
+  random_ens(&e, 20, 3, 4, 1, 1);
+  for (size_t n = 0; n < e.nn; n++) e.modes[n] = 4;
+  tpu_graph_t *g = build(&e, 4);
+  tpu_graph_program_t *p = NULL;
+  CU_ASSERT_FATAL(tpu_graph_compile(g, tg_engine(), 8, NULL, &p) == TPU_OK);
+  char d[1024];
+  tpu_graph_program_describe(p, d, sizeof d);
+  CU_ASSERT_PTR_NOT_NULL(strstr(d, "node walk (no level layout: mixed or equality branch modes)"));
+  tpu_graph_program_free(p);
+  tpu_graph_free(g);
+}
+
 /* A program compiled with opts.share reuses the validated ensemble of the one it shares with
  * (model_graph.c compiles the largest bucket first) and computes the same. */
 static void test_shared_between_buckets(void) {
@@ -846,6 +904,7 @@ TPU_TEST_SUITE(graph_tree,
                {"logistic_and_average", test_logistic_and_average},
                {"random_against_reference", test_random_against_reference},
                {"shared_between_buckets", test_shared_between_buckets},
+               {"strategies_agree", test_strategies_agree},
                {"refusals", test_refusals},
                {"v3_regressor_matches_v5", test_v3_regressor_matches_v5},
                {"v3_classifier", test_v3_classifier},

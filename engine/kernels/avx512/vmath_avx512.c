@@ -7,4 +7,6 @@
 #define TPU_VMATH_TABLE tpu__vec_avx512
 #define TPU_VMATH_NAME "tpu_vmath_avx512_16"
 #define TPU_VMATH_DEFINE_TABLE
+#include "tpu_kernels.h"
+#define TPU_VMATH_TREE tpu__tree_perfect_avx512 /* tree_avx512.c */
 #include "../vmath.h"

@@ -1,0 +1,27 @@
+/*
+ * tree_ref.c - the portable level-by-level traversal of a padded tree ensemble (see
+ * tpu__tree_perfect_t in tpu_kernels.h). Branch-free per level: the child index is computed,
+ * not branched on, so the loop's cost does not depend on the path a row takes.
+ */
+#include "tpu_kernels.h"
+
+void tpu__tree_perfect_ref(const tpu__tree_perfect_t *p, const float *x, size_t width,
+                           size_t rows, float *acc, size_t nt) {
+  size_t inner = ((size_t)1 << p->depth) - 1;
+  for (size_t r = 0; r < rows; r++) {
+    const float *row = x + r * width;
+    float *a = acc + r * nt;
+    for (size_t t = 0; t < p->ntrees; t++) {
+      const int32_t *f = p->feat + t * inner;
+      const float *th = p->thr + t * inner;
+      size_t i = 0;
+      for (int d = 0; d < p->depth; d++) {
+        int32_t fe = f[i];
+        float v = row[fe & 0x7fffffff];
+        int left = v != v ? fe < 0 : p->leq ? v <= th[i] : v < th[i];
+        i = 2 * i + 2 - (size_t)left;
+      }
+      a[p->target[t]] += p->lval[t * (inner + 1) + (i - inner)];
+    }
+  }
+}
