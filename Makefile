@@ -6,7 +6,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 WERROR     ?= $(if $(CI),ON,OFF)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test run bench bench-onnx bench-peer check-vmath check-fpconv clean deploy-test fuzz test-asan test-tsan
+.PHONY: all deps configure build test run bench bench-onnx bench-peer bench-trees check-vmath check-fpconv clean deploy-test fuzz test-asan test-tsan
 
 all: build
 
@@ -32,6 +32,15 @@ bench:
 	@$(BUILD)/bench/engine_bench $(BENCH_ARGS)
 	@bench/onnx_vs_ort.sh $(BUILD) .
 	@env $(PEER_BENCH_ENV) bench/server_vs_peer.sh $(BUILD) .
+	@/usr/bin/python3 bench/trees_vs_xgboost.py $(BUILD) $(TREES_BENCH_ARGS)
+
+# Only the tree ensembles against XGBoost's own predictor (bench/trees_vs_xgboost.py);
+# TREES_BENCH_ARGS passes its options, e.g. "--quick --reps 1 --no-server".
+bench-trees:
+	@deploy/deps.sh bench
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DTPUD_WERROR=$(WERROR) -DTPUD_BUILD_BENCH=ON $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+	@/usr/bin/python3 bench/trees_vs_xgboost.py $(BUILD) $(TREES_BENCH_ARGS)
 
 # Only tpud against ONNX Runtime behind Node's http (bench/peer) over the network, side by side:
 # bench/server_vs_peer.sh; PEER_BENCH_ENV passes its settings, e.g. "DUR=3 REPS=3 MODELS=big".

@@ -39,13 +39,15 @@
 #define MAX_MODELS 16
 #define MAX_BATCHES 8
 #define MAX_PAIRS 8
-#define IO_ROWS 64
+#define IO_ROWS 64      /* rows written by --io and compared by --pair */
+#define MAX_ROWS 4096   /* the largest batch */
+static size_t g_rows = IO_ROWS; /* rows of inputs made: the largest of IO_ROWS and --batches */
 
 typedef struct {
   const char *name, *dir;
   tpu_model_t *model;
-  unsigned char *in;  /* IO_ROWS packed input rows */
-  unsigned char *out; /* IO_ROWS packed output rows */
+  unsigned char *in;  /* g_rows packed input rows */
+  unsigned char *out; /* g_rows packed output rows */
   size_t in_row, out_row;
   double ns[MAX_BATCHES];
   double slice_ns[MAX_BATCHES][64];
@@ -82,11 +84,11 @@ static double median(double *v, size_t n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Fills IO_ROWS packed input rows from the model's input list (see DESIGN). */
+/* Fills g_rows packed input rows from the model's input list (see DESIGN). */
 static void make_inputs(bench_model_t *m) {
   rng_state = 12345;
   size_t n_in = tpu_model_input_count(m->model);
-  for (size_t r = 0; r < IO_ROWS; r++) {
+  for (size_t r = 0; r < g_rows; r++) {
     for (size_t i = 0; i < n_in; i++) {
       const tpu_model_tensor_t *t = tpu_model_input(m->model, i);
       unsigned char *p = m->in + r * m->in_row + t->offset;
@@ -252,12 +254,14 @@ int main(int argc, char **argv) {
     char err[1024];
     if (tpu_model_load(engine, m->dir, m->name, 1, NULL, &m->model, err, sizeof err) != TPU_OK)
       die("cannot load %s: %s", m->dir, err);
-    for (size_t b = 0; b < n_batches; b++)
-      if (batches[b] < 1 || batches[b] > IO_ROWS) die("batch sizes must be 1..64%s%s", "", "");
+    for (size_t b = 0; b < n_batches; b++) {
+      if (batches[b] < 1 || batches[b] > MAX_ROWS) die("batch sizes must be 1..4096%s%s", "", "");
+      if (batches[b] > g_rows) g_rows = batches[b];
+    }
     m->in_row = tpu_model_in_row_bytes(m->model);
     m->out_row = tpu_model_out_row_bytes(m->model);
-    m->in = calloc(IO_ROWS, m->in_row);
-    m->out = calloc(IO_ROWS, m->out_row);
+    m->in = calloc(g_rows, m->in_row);
+    m->out = calloc(g_rows, m->out_row);
     if (!m->in || !m->out) die("out of memory%s%s", "", "");
     make_inputs(m);
     if (io_dir) write_io(io_dir, m);
