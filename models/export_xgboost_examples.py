@@ -2,7 +2,10 @@
 """Train small XGBoost models on synthetic data and export them as tpud test fixtures.
 
 For each model below writes tests/data/xgboost/<model>/1/ (xgboost.json, the library's own
-Booster.save_model file; reference.safetensors; model.json with "format": "xgboost"):
+Booster.save_model file; reference.safetensors; model.json with "format": "xgboost"; and
+explain.safetensors: the library's pred_leaf and pred_contribs, with the other outputs, on the
+reference rows without ±Inf, for the engine's on-request outputs leaf_index and
+contributions, which the server does not serve yet):
 
   fraud_d6     binary:logistic, depth 6, 12 trees on 12 features, about 4% positives,
                10% of the values missing (NaN), base_score the positive rate (so the margin
@@ -155,6 +158,18 @@ def export(out_root, name, params, x, y, rounds, nfeat, rng):
     tensors = {"input.input": xr}
     tensors.update({"output." + k: v for k, v in outputs.items()})
     ref_sha = write_safetensors(os.path.join(vdir, "reference.safetensors"), tensors)
+    # The on-request outputs, from the library: each tree's leaf (pred_leaf) and the per-feature
+    # contributions with the bias last (pred_contribs), on the rows without ±Inf (a DMatrix
+    # refuses them), beside the same rows' other outputs.
+    keep = ~np.isinf(xr).any(axis=1)
+    xe = xr[keep]
+    dm = xgb.DMatrix(xe, missing=np.nan)
+    explain = {"input.input": xe}
+    explain.update({"output." + k: v[keep] for k, v in outputs.items()})
+    explain["output.leaf_index"] = booster.predict(dm, pred_leaf=True).astype(
+        np.float32).reshape(len(xe), -1)
+    explain["output.contributions"] = booster.predict(dm, pred_contribs=True).astype(np.float32)
+    write_safetensors(os.path.join(vdir, "explain.safetensors"), explain)
     config = {
         "format": "xgboost",
         "checkpoint": {"file": "xgboost.json", "sha256": hashlib.sha256(raw).hexdigest()},

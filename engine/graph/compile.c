@@ -738,6 +738,22 @@ tpu_status_t tpu_graph_compile(tpu_graph_t *g, tpu_engine_t *engine, int64_t bat
     p->nsteps++;
   }
   for (size_t o = 0; o < p->noutputs; o++) p->xt[p->outputs[o]].pinned = 1;
+  /* On-request outputs: a tree node writes them, no step reads them, so a run without them
+   * only tells that node to skip them (ops_tree.c). */
+  for (size_t o = 0; o < p->noutputs; o++) {
+    long t = p->outputs[o];
+    const tpu__gtensor_t *gt = &g->tensors[t];
+    if (!gt->on_request) continue;
+    const tpu__gnode_t *pn = gt->producer >= 0 ? &g->nodes[gt->producer] : NULL;
+    if (!pn || strcmp(pn->domain, "ai.onnx.ml") != 0 || strncmp(pn->op, "TreeEnsemble", 12) ||
+        c.readers[t] > 0) {
+      st = tpu__graph_fail(g, TPU_EINVAL, "compile: output '%s' is marked on request, but %s",
+                           gt->name, !pn ? "no node writes it"
+                           : c.readers[t] > 0 ? "another node reads it"
+                                              : "only a tree ensemble's outputs may be");
+      goto fail;
+    }
+  }
   if ((st = index_ranges(&c)) != TPU_OK) goto fail;
 
   /* Passes 3 and 4: fusion, then prepare. */
@@ -807,8 +823,8 @@ static tpu_status_t program_run(tpu_graph_program_t *p, const void *const *input
   }
   for (size_t o = 0; o < p->noutputs; o++) {
     tpu__xt_t *t = &p->xt[p->outputs[o]];
-    if (!outputs[o]) return TPU_EINVAL;
-    if (t->first == -2) t->data = outputs[o];
+    if (!outputs[o] && !p->g->tensors[p->outputs[o]].on_request) return TPU_EINVAL;
+    if (t->first == -2) t->data = outputs[o]; /* NULL: not asked for (on request) */
   }
   tpu__run_ctx_t rc = {.err = p->err, .errlen = sizeof p->err};
   for (size_t i = 0; i < p->nsteps; i++) {
@@ -829,7 +845,7 @@ static tpu_status_t program_run(tpu_graph_program_t *p, const void *const *input
   tpu_engine_rest(p->engine);
   for (size_t o = 0; o < p->noutputs; o++) { /* constants and inputs passed straight through */
     const tpu__xt_t *t = &p->xt[p->outputs[o]];
-    if (t->first != -2 && t->bytes) memcpy(outputs[o], t->data, t->bytes);
+    if (t->first != -2 && t->bytes && outputs[o]) memcpy(outputs[o], t->data, t->bytes);
   }
   return TPU_OK;
 }
@@ -839,6 +855,10 @@ const char *tpu_graph_program_error(const tpu_graph_program_t *p) { return p ? p
 size_t tpu_graph_program_input_count(const tpu_graph_program_t *p) { return p ? p->ninputs : 0; }
 size_t tpu_graph_program_output_count(const tpu_graph_program_t *p) {
   return p ? p->noutputs : 0;
+}
+
+int tpu_graph_program_output_on_request(const tpu_graph_program_t *p, size_t i) {
+  return p && i < p->noutputs && p->g->tensors[p->outputs[i]].on_request;
 }
 
 static tpu_status_t io(const tpu_graph_program_t *p, long t, tpu_graph_io_t *out) {

@@ -597,6 +597,15 @@ fail:
   return st;
 }
 
+tpu_status_t tpu_graph_set_on_request(tpu_graph_t *g, const char *name) {
+  if (!g || !name) return TPU_EINVAL;
+  long t = find_tensor(g, name);
+  if (t < 0 || !g->tensors[t].is_output)
+    return tpu__graph_fail(g, TPU_EINVAL, "on request: '%s' is not a graph output", name);
+  g->tensors[t].on_request = 1;
+  return TPU_OK;
+}
+
 const tpu_graph_attr_t *tpu_graph_attr(const tpu_graph_t *g, size_t node, const char *name) {
   if (!g || node >= g->nnodes || !name) return NULL;
   const tpu__gnode_t *n = &g->nodes[node];

@@ -24,6 +24,7 @@ typedef struct {
   char *name;
   int declared;            /* tpu_graph_add_tensor gave dtype and dims */
   int is_init, is_input, is_output;
+  int on_request;          /* a graph output computed only when the caller asks for it */
   tpu_graph_dtype_t dtype; /* declared or initializer */
   int rank;                /* -1 when neither */
   int64_t dims[TPU_GRAPH_MAX_RANK];

@@ -1105,12 +1105,14 @@ static tpu_status_t op_constant(ctx_t *c) {
 }
 
 /* ai.onnx.ml TreeEnsemble (ops_tree.c validates the trees): X FP32 [N, F] to Y FP32
- * [N, n_targets], and the optional second output (the scores before post_transform) alike. */
+ * [N, n_targets], and the optional outputs: 1 the scores before post_transform, alike; tpud's
+ * 2 the leaf each tree reaches, FP32 [N, trees]; 3 the per-feature contributions and the bias,
+ * FP32 [N, F + 1] (one target) or [N, n_targets, F + 1], which need tpud_node_covers. */
 static tpu_status_t op_tree_ensemble(ctx_t *c) {
   tpu_status_t st;
   int64_t nt;
   char s1[SHAPE_STR];
-  if ((st = arity(c, 1, 1, 2)) != TPU_OK) return st;
+  if ((st = arity(c, 1, 1, 4)) != TPU_OK) return st;
   tpu__gtensor_t *x = in_t(c, 0);
   if (x->idtype != TPU_GRAPH_FP32)
     return cfail(c, TPU_EDTYPE, "input '%s' is %s, expected FP32", x->name,
@@ -1124,7 +1126,19 @@ static tpu_status_t op_tree_ensemble(ctx_t *c) {
                  (long long)nt);
   int64_t d[2] = {x->idims[0], nt};
   if ((st = set_out(c, 0, TPU_GRAPH_FP32, 2, d)) != TPU_OK) return st;
-  return set_out(c, 1, TPU_GRAPH_FP32, 2, d);
+  if ((st = set_out(c, 1, TPU_GRAPH_FP32, 2, d)) != TPU_OK) return st;
+  const tpu_graph_attr_t *roots = tpu_graph_attr(c->g, c->n, "tree_roots");
+  int64_t dl[2] = {x->idims[0], roots && roots->type == TPU_GRAPH_ATTR_INTS ? (int64_t)roots->n : 0};
+  if ((st = set_out(c, 2, TPU_GRAPH_FP32, 2, dl)) != TPU_OK) return st;
+  if (c->nd->nout > 3 && c->nd->out[3] >= 0 && !tpu_graph_attr(c->g, c->n, "tpud_node_covers"))
+    return cfail(c, TPU_EINVAL, "output 3 (contributions) needs the trees' covers "
+                 "(tpud_node_covers, tpud_leaf_covers)");
+  int64_t dc[3] = {x->idims[0], nt, x->idims[1] + 1};
+  if (nt == 1) {
+    dc[1] = dc[2];
+    return set_out(c, 3, TPU_GRAPH_FP32, 2, dc);
+  }
+  return set_out(c, 3, TPU_GRAPH_FP32, 3, dc);
 }
 
 /* ai.onnx.ml TreeEnsembleRegressor (v1, v3): X FP32 [N, F] to Y FP32 [N, n_targets]

@@ -66,6 +66,8 @@ typedef struct {
   int use_levels;                  /* this bucket's choice */
   float *acc;
   unsigned char *has;
+  tpu__shap_t shap;                /* output 3 (contributions): the trees' expected values */
+  void *shap_blk, *shap_scratch;
 } tree_step_t;
 
 static void tree_release(void *params) {
@@ -74,6 +76,8 @@ static void tree_release(void *params) {
   free(ts->owned_perf);
   free(ts->acc);
   free(ts->has);
+  free(ts->shap_blk);
+  free(ts->shap_scratch);
 }
 
 /* ---- the level-by-level layout ---- */
@@ -275,6 +279,16 @@ static tpu_status_t tree_prepare(tpu__prep_t *pc, tpu__step_t *s) {
   }
   if (e->kind != TPU__TREE_CLASSIFIER && (s->nout < 1 || !s->out[0]))
     return tpu__prep_fail(pc, TPU_EINVAL, "output 0 (the scores) is required");
+  if (e->kind == TPU__TREE_V5 && s->nout > 3 && s->out[3]) { /* contributions */
+    tpu_status_t st = tpu__shap_prepare(e, &ts->shap, &ts->shap_blk);
+    if (st == TPU_EINVAL)
+      return tpu__prep_fail(pc, st, "output 3 (contributions) needs the trees' covers "
+                            "(tpud_node_covers, tpud_leaf_covers) and one weight per leaf");
+    size_t sb = st == TPU_OK ? tpu__shap_scratch(&ts->shap, width) : 0;
+    if (st != TPU_OK || !(ts->shap_scratch = malloc(sb)))
+      return tpu__prep_fail(pc, TPU_ENOMEM, "out of memory");
+    bytes += sb + e->ntrees * 8;
+  }
   if (e->kind == TPU__TREE_CLASSIFIER) {
     ts->acc = malloc(ROW_BLOCK * e->ntargets * sizeof *ts->acc);
     ts->has = malloc(ROW_BLOCK * e->ntargets);
@@ -376,6 +390,21 @@ static void ort_post(int post, float *z, size_t n) {
 }
 
 /* TreeEnsemble v5: XGBoost's numerics (see DESIGN). */
+/* v5's outputs 2 (each tree's leaf: its tpud_leaf_ids entry, else its index) and 3 (the
+ * contributions), each only when asked for (on request: NULL otherwise). */
+static void run_explain(const tree_step_t *ts, const float *x, size_t rows, float *leaf,
+                        float *contrib) {
+  const tpu__trees_t *p = ts->e;
+  for (size_t r = 0; leaf && r < rows; r++)
+    for (size_t t = 0; t < p->ntrees; t++) {
+      int32_t l = leaf_of(p, p->roots[t], x + r * p->width);
+      leaf[r * p->ntrees + t] = p->leaf_ids ? (float)p->leaf_ids[l] : (float)l;
+    }
+  for (size_t r = 0; contrib && r < rows; r++)
+    tpu__shap_row(p, &ts->shap, x + r * p->width, contrib + r * p->ntargets * (p->width + 1),
+                  ts->shap_scratch);
+}
+
 static void run_v5(const tree_step_t *ts, const float *x, size_t rows, float *y, float *raw) {
   const tpu__trees_t *p = ts->e;
   size_t nt = p->ntargets;
@@ -478,7 +507,11 @@ static tpu_status_t tree_run(tpu__run_ctx_t *rc, tpu__step_t *s) {
   void *o0 = s->nout > 0 && s->out[0] ? s->out[0]->data : NULL;
   void *o1 = s->nout > 1 && s->out[1] ? s->out[1]->data : NULL;
   switch (p->kind) {
-  case TPU__TREE_V5: run_v5(ts, x, rows, o0, o1); break;
+  case TPU__TREE_V5:
+    run_v5(ts, x, rows, o0, o1);
+    run_explain(ts, x, rows, s->nout > 2 && s->out[2] ? s->out[2]->data : NULL,
+                s->nout > 3 && s->out[3] ? s->out[3]->data : NULL);
+    break;
   case TPU__TREE_REGRESSOR: run_regressor(ts, x, rows, o0); break;
   default: run_classifier(ts, x, rows, o0, o1); break;
   }

@@ -35,6 +35,8 @@ typedef struct {
   size_t nbase;
   int64_t ntargets;
   const int64_t *labels; /* classifier: ntargets class labels; NULL otherwise */
+  const float *ncover, *lcover; /* v5's tpud_node_covers (nn), tpud_leaf_covers (nl), or NULL */
+  const int64_t *leaf_ids;      /* v5's tpud_leaf_ids (nl), or NULL */
   /* v1/v3: the file's ids of branch node n (orig[n] indexes them), for messages */
   const int64_t *tree_ids, *node_ids;
   const size_t *orig;
@@ -192,7 +194,8 @@ static tpu_status_t assemble(tpu__prep_t *pc, const src_t *s, size_t width, tpu_
   size_t bytes = sizeof(tpu__trees_t) + nn * sizeof(tpu__tnode_t) +
                  s->nroots * sizeof(int32_t) + (nl + 1) * sizeof(uint32_t) +
                  ne * (sizeof(int32_t) + sizeof(float)) + nt * sizeof(float) +
-                 (s->labels ? nt * sizeof(int64_t) : 0);
+                 (s->labels ? nt * sizeof(int64_t) : 0) + (s->leaf_ids ? nl * sizeof(int64_t) : 0) +
+                 (s->ncover ? (nn + nl) * sizeof(float) : 0);
   unsigned char *blk = calloc(1, bytes);
   unsigned char *seen = calloc(nn, 1); /* nodes reached from some root */
   size_t *stack = malloc(nn * sizeof *stack);
@@ -203,12 +206,14 @@ static tpu_status_t assemble(tpu__prep_t *pc, const src_t *s, size_t width, tpu_
   }
   tpu__trees_t *p = (tpu__trees_t *)blk;
   int64_t *lab = (int64_t *)(p + 1); /* first: 8-byte aligned after the header */
-  tpu__tnode_t *nodes = (tpu__tnode_t *)(lab + (s->labels ? nt : 0));
+  int64_t *lids = lab + (s->labels ? nt : 0);
+  tpu__tnode_t *nodes = (tpu__tnode_t *)(lids + (s->leaf_ids ? nl : 0));
   int32_t *r = (int32_t *)(nodes + nn);
   uint32_t *lf = (uint32_t *)(r + s->nroots);
   int32_t *et = (int32_t *)(lf + nl + 1);
   float *ew = (float *)(et + ne);
   float *bc = ew + ne;
+  float *cov = bc + nt; /* nn node covers, then nl leaf covers */
   *p = (tpu__trees_t){.ntrees = s->nroots, .nnodes = nn, .nleaves = nl, .nentries = ne,
                       .ntargets = nt, .width = width, .roots = r, .nodes = nodes,
                       .lfirst = lf, .etarget = et, .eweight = ew, .base = bc};
@@ -238,6 +243,30 @@ static tpu_status_t assemble(tpu__prep_t *pc, const src_t *s, size_t width, tpu_
     memcpy(lab, s->labels, nt * sizeof *lab);
     p->labels = lab;
     p->nlabels = nt;
+  }
+  if (s->leaf_ids) {
+    memcpy(lids, s->leaf_ids, nl * sizeof *lids);
+    p->leaf_ids = lids;
+  }
+  if (s->ncover) {
+    for (size_t i = 0; i < nn; i++) {
+      if (!(s->ncover[i] > 0) || !(s->ncover[i] < INFINITY)) {
+        st = tpu__prep_fail(pc, TPU_EINVAL, "tpud_node_covers[%zu] is %g: covers must be "
+                            "positive and finite", i, (double)s->ncover[i]);
+        goto done;
+      }
+      cov[i] = s->ncover[i];
+    }
+    for (size_t i = 0; i < nl; i++) {
+      if (!(s->lcover[i] >= 0) || !(s->lcover[i] < INFINITY)) {
+        st = tpu__prep_fail(pc, TPU_EINVAL, "tpud_leaf_covers[%zu] is %g: covers must be "
+                            "non-negative and finite", i, (double)s->lcover[i]);
+        goto done;
+      }
+      cov[nn + i] = s->lcover[i];
+    }
+    p->ncover = cov;
+    p->lcover = cov + nn;
   }
   /* Every tree from its root: ids in range, features in the input, no node reached twice. */
   for (size_t t = 0; t < s->nroots; t++) {
@@ -300,7 +329,7 @@ done:
 static tpu_status_t build_v5(tpu__prep_t *pc, size_t width, tpu__trees_t **out, size_t *bytes) {
   src_t s = {0};
   size_t ntid, ntleaf, nfid, nfleaf, nmiss, nlt, nsplit, nlw;
-  float *o1 = NULL, *o2 = NULL, *o3 = NULL;
+  float *o1 = NULL, *o2 = NULL, *o3 = NULL, *o4 = NULL, *o5 = NULL;
   uint8_t *modes = NULL;
   tpu_status_t st;
   if ((st = get_ints(pc, "tree_roots", 1, &s.roots, &s.nroots)) != TPU_OK ||
@@ -358,12 +387,28 @@ static tpu_status_t build_v5(tpu__prep_t *pc, size_t width, tpu__trees_t **out, 
   }
   if ((st = get_modes_v5(pc, s.nn, modes)) != TPU_OK) goto done;
   s.modes = modes;
+  size_t nnc, nlc, nli;
+  if ((st = get_floats(pc, "tpud_node_covers", NULL, 0, NULL, &s.ncover, &nnc, &o4)) != TPU_OK ||
+      (st = get_floats(pc, "tpud_leaf_covers", NULL, 0, NULL, &s.lcover, &nlc, &o5)) != TPU_OK ||
+      (st = get_ints(pc, "tpud_leaf_ids", 0, &s.leaf_ids, &nli)) != TPU_OK)
+    goto done;
+  if ((s.ncover || s.lcover) && (!s.ncover || !s.lcover || nnc != s.nn || nlc != s.nl)) {
+    st = tpu__prep_fail(pc, TPU_EINVAL, "tpud_node_covers has %zu entries and tpud_leaf_covers "
+                        "%zu: expected one per node (%zu) and one per leaf (%zu)", nnc, nlc,
+                        s.nn, s.nl);
+    goto done;
+  }
+  if (s.leaf_ids && nli != s.nl) {
+    st = tpu__prep_fail(pc, TPU_EINVAL, "tpud_leaf_ids has %zu entries, expected one per leaf "
+                        "(%zu)", nli, s.nl);
+    goto done;
+  }
   if ((st = assemble(pc, &s, width, out, bytes)) != TPU_OK) goto done;
   (*out)->kind = TPU__TREE_V5;
   (*out)->agg = (int)agg;
   (*out)->post = (int)post;
 done:
-  free(o1), free(o2), free(o3), free(modes);
+  free(o1), free(o2), free(o3), free(o4), free(o5), free(modes);
   return st;
 }
 

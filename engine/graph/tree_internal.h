@@ -67,7 +67,30 @@ typedef struct {
   const float *eweight;       /* nentries */
   const float *base;          /* ntargets (zeros when the model gives none) */
   const int64_t *labels;      /* classifier: nlabels class labels */
+  /* v5's tpud extensions (NULL when absent): the training cover of every branch node and leaf
+   * (XGBoost's sum_hessian), which TreeSHAP weighs paths by, and what the leaf-index output
+   * reports for each leaf (XGBoost's node id). */
+  const float *ncover, *lcover;
+  const int64_t *leaf_ids;
 } tpu__trees_t;
+
+/* TreeSHAP (tree_shap.c): the exact per-feature contributions of one row, as XGBoost's
+ * pred_contribs computes them. */
+typedef struct {
+  size_t maxdepth;      /* of any tree */
+  const float *mean;    /* ntrees: each tree's expected value (cover-weighted leaf mean) */
+  const int32_t *group; /* ntrees: the target its leaves feed */
+} tpu__shap_t;
+
+/* The expected values and groups of p's trees into sh (arrays malloc'd in one block, *blk);
+ * TPU_ENOMEM, or TPU_EINVAL without covers. */
+tpu_status_t tpu__shap_prepare(const tpu__trees_t *p, tpu__shap_t *sh, void **blk);
+/* Scratch bytes one row's call needs (the path buffers and one tree's contributions). */
+size_t tpu__shap_scratch(const tpu__shap_t *sh, size_t width);
+/* phi (ntargets x (width + 1), zeroed here) gets row's contributions: per target, feature j's
+ * in column j and the bias (base value + the trees' expected values) in column width. */
+void tpu__shap_row(const tpu__trees_t *p, const tpu__shap_t *sh, const float *row, float *phi,
+                   void *scratch);
 
 /* Reads, validates and compiles the tree node being prepared, for an FP32 input of `width`
  * columns. *out is one malloc'd block of *bytes bytes. Fails (tpu__prep_fail) naming the tree

@@ -149,6 +149,11 @@ const tpu_graph_attr_t *tpu_graph_attr(const tpu_graph_t *g, size_t node, const 
  * may be called once; a name may appear once in each list. */
 tpu_status_t tpu_graph_set_inputs(tpu_graph_t *g, size_t n, const char *const *names);
 tpu_status_t tpu_graph_set_outputs(tpu_graph_t *g, size_t n, const char *const *names);
+/* Marks graph output `name` (already in the outputs) as computed only on request: a run may
+ * pass NULL for it, and its producer then skips it. Only outputs a tree-ensemble node writes
+ * and no node reads may be (compile refuses others): its leaf indices and contributions,
+ * which cost more than the prediction. TPU_EINVAL when name is not a graph output. */
+tpu_status_t tpu_graph_set_on_request(tpu_graph_t *g, const char *name);
 
 /* Checks structure: every node input is a graph input, an initializer or some node's output;
  * no tensor is produced twice; the graph has outputs and each is defined; the nodes form no
@@ -265,6 +270,8 @@ typedef struct {
 
 size_t tpu_graph_program_input_count(const tpu_graph_program_t *p);
 size_t tpu_graph_program_output_count(const tpu_graph_program_t *p);
+/* 1 when graph output i is computed only on request (tpu_graph_set_on_request). */
+int tpu_graph_program_output_on_request(const tpu_graph_program_t *p, size_t i);
 tpu_status_t tpu_graph_program_input(const tpu_graph_program_t *p, size_t i, tpu_graph_io_t *out);
 tpu_status_t tpu_graph_program_output(const tpu_graph_program_t *p, size_t i,
                                       tpu_graph_io_t *out);
@@ -277,7 +284,7 @@ int tpu_graph_program_input_range(const tpu_graph_program_t *p, size_t i, int64_
                                   int64_t *hi);
 
 /* Runs the program: inputs[i] holds graph input i (its bytes, as tpu_graph_program_input says),
- * outputs[i] receives graph output i. Buffers must not overlap the outputs. Allocates nothing;
+ * outputs[i] receives graph output i (NULL for an on-request output that is not wanted). Buffers must not overlap the outputs. Allocates nothing;
  * one thread at a time per program. A value the model cannot take (a Gather index out of range)
  * is TPU_ERANGE with tpu_graph_program_error naming the node, the tensor and the value; outputs
  * are then unspecified. */

@@ -166,10 +166,12 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
   }
 
   /* Batched or fixed: from the graph inputs' dimension 0. */
-  size_t nin = tpu_graph_input_count(m->graph), nout = tpu_graph_output_count(m->graph);
-  if (nin == 0 || nin > TPU_MODEL_MAX_IO || nout == 0 || nout > TPU_MODEL_MAX_IO)
+  size_t nin = tpu_graph_input_count(m->graph), nout = 0;
+  m->nprog_out = tpu_graph_output_count(m->graph);
+  if (nin == 0 || nin > TPU_MODEL_MAX_IO || m->nprog_out == 0 ||
+      m->nprog_out > TPU_MODEL_MAX_IO)
     return fail(err, errlen, TPU_ENOTSUP, ck, "the graph has %zu inputs and %zu outputs; "
-                "tpud serves 1 to %d of each", nin, nout, TPU_MODEL_MAX_IO);
+                "tpud serves 1 to %d of each", nin, m->nprog_out, TPU_MODEL_MAX_IO);
   size_t nbatched = 0;
   const char *fixed = NULL, *batched = NULL;
   for (size_t i = 0; i < nin; i++) {
@@ -240,12 +242,14 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
   }
   m->in_row = off;
   off = 0;
+  for (size_t pj = 0; pj < m->nprog_out; pj++)
+    if (!tpu_graph_program_output_on_request(big, pj)) m->pout[nout++] = pj;
   for (size_t j = 0; j < nout; j++) {
     tpu_graph_io_t io;
-    tpu_graph_program_output(big, j, &io);
+    tpu_graph_program_output(big, m->pout[j], &io);
     for (size_t b = 0; b < cfg->nbuckets; b++) {
       tpu_graph_io_t ob;
-      tpu_graph_program_output(m->progs[b], j, &ob);
+      tpu_graph_program_output(m->progs[b], m->pout[j], &ob);
       int ok = ob.rank == io.rank && (!m->batched || (ob.rank >= 1 &&
                                                       (size_t)ob.dims[0] == cfg->buckets[b]));
       for (int d = m->batched ? 1 : 0; ok && d < ob.rank; d++) ok = ob.dims[d] == io.dims[d];
@@ -523,7 +527,8 @@ tpu_status_t tpu__model_run_graph(tpu_model_t *m, size_t b, const void *in, void
       ins[i] = dst;
     }
   }
-  for (size_t j = 0; j < m->nout; j++) outs[j] = m->nout == 1 ? out : m->gout[j];
+  for (size_t pj = 0; pj < m->nprog_out; pj++) outs[pj] = NULL; /* on request: not asked */
+  for (size_t j = 0; j < m->nout; j++) outs[m->pout[j]] = m->nout == 1 ? out : m->gout[j];
   tpu_status_t rc = tpu_graph_program_run(m->progs[b], ins, outs);
   if (rc != TPU_OK) {
     if (err && errlen) snprintf(err, errlen, "%s", tpu_graph_program_error(m->progs[b]));

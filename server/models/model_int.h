@@ -48,6 +48,10 @@ struct tpu_model {
   tpu_graph_t *graph;
   tpu_graph_program_t *progs[TPU_MODEL_MAX_BUCKETS];
   void *gin[TPU_MODEL_MAX_IO], *gout[TPU_MODEL_MAX_IO]; /* per-tensor staging (several) */
+  /* Graph outputs computed only on request (a tree model's leaf indices and contributions)
+   * are not served yet: the model's outputs are the others, output j being program output
+   * pout[j] of nprog_out, and the others are passed as NULL (not computed). */
+  size_t pout[TPU_MODEL_MAX_IO], nprog_out;
   /* both */
   unsigned char *pad_in;  /* staging for tpu_model_infer: max_bucket packed input rows */
   unsigned char *pad_out; /* max_bucket packed output rows */

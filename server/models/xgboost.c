@@ -34,9 +34,10 @@ typedef struct {
 } f32v_t;
 
 typedef struct {
-  i64v_t feat, tid, tleaf, fid, fleaf, miss, modes, roots, ltarget;
-  f32v_t split, lweight;
+  i64v_t feat, tid, tleaf, fid, fleaf, miss, modes, roots, ltarget, lid;
+  f32v_t split, lweight, ncover, lcover;
   int oom;
+  int no_cover; /* some tree lacks a usable sum_hessian: no contributions */
 } ens_t;
 
 /* Appends x to the growable array a (doubling from 256); out of memory sets e->oom. */
@@ -59,11 +60,13 @@ static void pushi(ens_t *e, i64v_t *a, int64_t x) { PUSH(e, a, x); }
 static void pushf(ens_t *e, f32v_t *a, float x) { PUSH(e, a, x); }
 
 static void ens_free(ens_t *e) {
-  i64v_t *iv[] = {&e->feat, &e->tid, &e->tleaf, &e->fid, &e->fleaf,
-                  &e->miss, &e->modes, &e->roots, &e->ltarget};
+  i64v_t *iv[] = {&e->feat, &e->tid,   &e->tleaf, &e->fid,     &e->fleaf,
+                  &e->miss, &e->modes, &e->roots, &e->ltarget, &e->lid};
   for (size_t i = 0; i < sizeof iv / sizeof iv[0]; i++) free(iv[i]->v);
   free(e->split.v);
   free(e->lweight.v);
+  free(e->ncover.v);
+  free(e->lcover.v);
 }
 
 /* A count stored as XGBoost does (a decimal string, "0") or as a JSON integer. */
@@ -166,6 +169,16 @@ static tpu_status_t add_tree(ens_t *e, json_t *t, size_t ti, int64_t g, int64_t 
   }
   if (!(id = malloc(n * sizeof *id)) || !(queue = malloc(n * sizeof *queue)))
     FAIL(TPU_ENOMEM, "tree %zu: out of memory", ti);
+  /* sum_hessian: each node's training cover, which contributions (TreeSHAP) weigh paths by */
+  json_t *hess = json_object_get(t, "sum_hessian");
+  if (!json_is_array(hess) || json_array_size(hess) != n) e->no_cover = 1;
+#define COVER(k)                                                                             \
+  do {                                                                                       \
+    float c_ = 0;                                                                            \
+    if (!e->no_cover && (!json_f32(json_array_get(hess, (k)), &c_) || c_ < 0)) e->no_cover = 1; \
+    cov_ = c_;                                                                               \
+  } while (0)
+  float cov_ = 0;
   for (size_t i = 0; i < n; i++) id[i] = INT64_MIN;
   int64_t l0;
   if (!elem_int(a[0], 0, &l0))
@@ -179,6 +192,10 @@ static tpu_status_t add_tree(ens_t *e, json_t *t, size_t ti, int64_t g, int64_t 
     int64_t leaf = (int64_t)e->lweight.n;
     pushf(e, &e->lweight, wv);
     pushi(e, &e->ltarget, g);
+    pushi(e, &e->lid, 0);
+    COVER(0);
+    pushf(e, &e->ncover, cov_ > 0 ? cov_ : 1); /* the stand-in root: never weighed */
+    pushf(e, &e->lcover, cov_);
     pushi(e, &e->feat, 0);
     pushf(e, &e->split, 0);
     pushi(e, &e->tid, leaf);
@@ -231,6 +248,9 @@ static tpu_status_t add_tree(ens_t *e, json_t *t, size_t ti, int64_t g, int64_t 
         out[b] = ~(int64_t)e->lweight.n;
         pushf(e, &e->lweight, wv);
         pushi(e, &e->ltarget, g);
+        pushi(e, &e->lid, c);
+        COVER((size_t)c);
+        pushf(e, &e->lcover, cov_);
       } else {
         out[b] = (int64_t)(base_node + tail);
         queue[tail++] = (size_t)c;
@@ -238,6 +258,9 @@ static tpu_status_t add_tree(ens_t *e, json_t *t, size_t ti, int64_t g, int64_t 
       id[c] = out[b];
     }
     /* XGBoost: x < split goes left (true); NaN follows default_left. */
+    COVER(k);
+    if (!(cov_ > 0)) e->no_cover = 1; /* a split node covers something */
+    pushf(e, &e->ncover, cov_);
     pushi(e, &e->feat, feat);
     pushf(e, &e->split, split);
     pushi(e, &e->tid, out[0] < 0 ? ~out[0] : out[0]);
@@ -247,6 +270,7 @@ static tpu_status_t add_tree(ens_t *e, json_t *t, size_t ti, int64_t g, int64_t 
     pushi(e, &e->miss, dl != 0);
     pushi(e, &e->modes, 1);
   }
+#undef COVER
 done:
   if (rc == TPU_OK && e->oom) rc = tpu_errf_ret(TPU_ENOMEM, err, errlen, "out of memory");
   free(id);
@@ -365,12 +389,20 @@ tpu_status_t tpu_xgboost_to_graph(const char *json, size_t len, const char *inpu
   if (tpu_graph_new(&g) != TPU_OK) FAIL(TPU_ENOMEM, "out of memory");
   int64_t dims[2] = {TPU_GRAPH_BATCH, nfeat};
   const char *y = obj->classify ? "probabilities" : "prediction";
-  const char *outs[3] = {y, "margin", "label"};
-  size_t nouts = obj->multi && strcmp(objn, "multi:softmax") == 0 ? 3 : 2;
+  /* The node's outputs: the prediction, the margin, and on request each tree's leaf and (with
+   * covers) the contributions; the graph's add multi:softmax's label after the margin. */
+  const char *nouts_[4] = {y, "margin", "leaf_index", "contributions"};
+  size_t nnode_out = e.no_cover ? 3 : 4;
+  const char *outs[5] = {y, "margin"};
+  size_t nouts = 2;
+  int with_label = obj->multi && strcmp(objn, "multi:softmax") == 0;
+  if (with_label) outs[nouts++] = "label";
+  outs[nouts++] = "leaf_index";
+  if (!e.no_cover) outs[nouts++] = "contributions";
   size_t node;
   if (tpu_graph_add_tensor(g, input_name, TPU_GRAPH_FP32, 2, dims) != TPU_OK ||
-      tpu_graph_add_node(g, "trees", "TreeEnsemble", "ai.onnx.ml", 5, 1, &input_name, 2, outs,
-                         &node) != TPU_OK)
+      tpu_graph_add_node(g, "trees", "TreeEnsemble", "ai.onnx.ml", 5, 1, &input_name,
+                         nnode_out, nouts_, &node) != TPU_OK)
     FAIL(TPU_EINVAL, "building the graph: %s", tpu_graph_error(g));
   float *bv = malloc((size_t)groups * sizeof *bv);
   if (!bv) FAIL(TPU_ENOMEM, "out of memory");
@@ -386,7 +418,8 @@ tpu_status_t tpu_xgboost_to_graph(const char *json, size_t len, const char *inpu
               {"nodes_falseleafs", &e.fleaf},
               {"nodes_missing_value_tracks_true", &e.miss},
               {"nodes_modes", &e.modes},
-              {"leaf_targetids", &e.ltarget}};
+              {"leaf_targetids", &e.ltarget},
+              {"tpud_leaf_ids", &e.lid}};
   int bad = 0;
   for (size_t i = 0; i < sizeof ints / sizeof ints[0] && !bad; i++) {
     tpu_graph_attr_t at = {.name = ints[i].name, .type = TPU_GRAPH_ATTR_INTS,
@@ -400,15 +433,19 @@ tpu_status_t tpu_xgboost_to_graph(const char *json, size_t len, const char *inpu
       {.name = "base_values", .type = TPU_GRAPH_ATTR_FLOATS, .n = (size_t)groups, .floats = bv},
       {.name = "n_targets", .type = TPU_GRAPH_ATTR_INT, .i = groups},
       {.name = "aggregate_function", .type = TPU_GRAPH_ATTR_INT, .i = 1},
-      {.name = "post_transform", .type = TPU_GRAPH_ATTR_INT, .i = obj->post}};
-  for (size_t i = 0; i < sizeof fa / sizeof fa[0] && !bad; i++)
-    bad = tpu_graph_add_attr(g, node, &fa[i]) != TPU_OK;
+      {.name = "post_transform", .type = TPU_GRAPH_ATTR_INT, .i = obj->post},
+      {.name = "tpud_node_covers", .type = TPU_GRAPH_ATTR_FLOATS, .n = e.ncover.n,
+       .floats = e.ncover.v},
+      {.name = "tpud_leaf_covers", .type = TPU_GRAPH_ATTR_FLOATS, .n = e.lcover.n,
+       .floats = e.lcover.v}};
+  size_t nfa = sizeof fa / sizeof fa[0] - (e.no_cover ? 2 : 0);
+  for (size_t i = 0; i < nfa && !bad; i++) bad = tpu_graph_add_attr(g, node, &fa[i]) != TPU_OK;
   free(bv);
   if (bad) {
     rc = graph_fail(g, err, errlen);
     goto done;
   }
-  if (nouts == 3) { /* multi:softmax's predict: the class of largest margin */
+  if (with_label) { /* multi:softmax's predict: the class of largest margin */
     const char *mi = "margin", *lo = "label";
     tpu_graph_attr_t ax = {.name = "axis", .type = TPU_GRAPH_ATTR_INT, .i = 1};
     tpu_graph_attr_t kd = {.name = "keepdims", .type = TPU_GRAPH_ATTR_INT, .i = 0};
@@ -419,7 +456,10 @@ tpu_status_t tpu_xgboost_to_graph(const char *json, size_t len, const char *inpu
     }
   }
   if (tpu_graph_set_inputs(g, 1, &input_name) != TPU_OK ||
-      tpu_graph_set_outputs(g, nouts, outs) != TPU_OK || tpu_graph_validate(g) != TPU_OK) {
+      tpu_graph_set_outputs(g, nouts, outs) != TPU_OK ||
+      tpu_graph_set_on_request(g, "leaf_index") != TPU_OK ||
+      (!e.no_cover && tpu_graph_set_on_request(g, "contributions") != TPU_OK) ||
+      tpu_graph_validate(g) != TPU_OK) {
     rc = graph_fail(g, err, errlen);
     goto done;
   }

@@ -52,7 +52,7 @@ static void set_elem(json_t *j, size_t t, const char *arr, size_t i, json_t *v) 
 
 /* Runs `rows` reference rows of a fixture through a graph compiled at that batch size and
  * compares every output with the library's (exactly for margins and labels, 1e-6 otherwise). */
-static void check_fixture(const char *model, size_t rows) {
+static void check_fixture_file(const char *model, const char *file, size_t rows) {
   char path[512], err[512];
   tpu_graph_t *g = NULL;
   CU_ASSERT_EQUAL_FATAL(convert(fixture(model), &g, err, sizeof err), TPU_OK);
@@ -60,23 +60,27 @@ static void check_fixture(const char *model, size_t rows) {
   CU_ASSERT_FATAL(tpu_engine_create(NULL, &eng) == TPU_OK);
   tpu_graph_program_t *p = NULL;
   CU_ASSERT_FATAL(tpu_graph_compile(g, eng, (int64_t)rows, NULL, &p) == TPU_OK);
-  snprintf(path, sizeof path, DATA "%s/1/reference.safetensors", model);
+  snprintf(path, sizeof path, DATA "%s/1/%s.safetensors", model, file);
+  int explain = strcmp(file, "explain") == 0; /* also the on-request outputs */
   tpu_safetensors_t *st = NULL;
   CU_ASSERT_FATAL(tpu_safetensors_open(path, &st, err, sizeof err) == TPU_OK);
   const tpu_st_tensor_t *x = tpu_safetensors_find(st, "input.input");
   CU_ASSERT_PTR_NOT_NULL_FATAL(x);
   size_t nout = tpu_graph_program_output_count(p);
-  void *outs[4] = {0};
+  void *outs[6] = {0};
+  CU_ASSERT_FATAL(nout <= 6);
+  CU_ASSERT_FATAL(x->shape[0] >= rows);
   float *in = malloc(x->nbytes);
   memcpy(in, x->data, x->nbytes);
   for (size_t o = 0; o < nout; o++) {
     tpu_graph_io_t io;
     tpu_graph_program_output(p, o, &io);
-    outs[o] = malloc(io.bytes);
+    if (explain || !tpu_graph_program_output_on_request(p, o)) outs[o] = malloc(io.bytes);
   }
   const void *ins[1] = {in};
   CU_ASSERT_FATAL(tpu_graph_program_run(p, ins, outs) == TPU_OK);
   for (size_t o = 0; o < nout; o++) {
+    if (!outs[o]) continue; /* on request, not asked for */
     tpu_graph_io_t io;
     tpu_graph_program_output(p, o, &io);
     char key[64];
@@ -100,10 +104,16 @@ static void check_fixture(const char *model, size_t rows) {
       }
       worst = fmax(worst, fabs(got - want));
     }
-    int exact = strcmp(io.name, "probabilities") != 0; /* margins, values, labels: bit for bit */
-    if (exact ? worst != 0 : worst > 1e-6)
+    /* margins, values, labels, leaf ids: bit for bit; probabilities within 1e-6 of the
+     * library's; contributions (TreeSHAP in float32, sums in another order than the margin's)
+     * within 1e-5 */
+    int contrib = strcmp(io.name, "contributions") == 0;
+    int exact = strcmp(io.name, "probabilities") != 0 && !contrib;
+    double tol = contrib ? 1e-5 : 1e-6;
+    if (exact ? worst != 0 : worst > tol)
       fprintf(stderr, "\n%s output '%s': worst difference %g\n", model, io.name, worst);
-    CU_ASSERT(exact ? worst == 0 : worst <= 1e-6);
+    CU_ASSERT(exact ? worst == 0 : worst <= tol);
+    if (explain && contrib) fprintf(stderr, "[%s contributions: worst %.3g] ", model, worst);
     free(outs[o]);
   }
   free(in);
@@ -111,6 +121,20 @@ static void check_fixture(const char *model, size_t rows) {
   tpu_graph_program_free(p);
   tpu_engine_free(eng);
   tpu_graph_free(g);
+}
+
+static void check_fixture(const char *model, size_t rows) {
+  check_fixture_file(model, "reference", rows);
+}
+
+/* The on-request outputs against XGBoost's own pred_leaf and pred_contribs (explain.safetensors,
+ * the reference rows without ±Inf, which a DMatrix refuses), at two batch sizes. */
+static void test_leaves_and_contributions_match_library(void) {
+  static const char *const models[] = {"fraud_d6", "multi_d3", "forest_d3", "reg_d6"};
+  for (size_t i = 0; i < 4; i++) {
+    check_fixture_file(models[i], "explain", 64);
+    check_fixture_file(models[i], "explain", 1);
+  }
 }
 
 static void test_fixtures_match_library(void) {
@@ -149,7 +173,7 @@ static void test_logistic_saturates_as_library(void) {
     CU_ASSERT_FATAL(tpu_graph_compile(g, eng, 1, NULL, &p) == TPU_OK);
     float x = 0, prob = -1, margin = -1;
     const void *ins[1] = {&x};
-    void *outs[2] = {&prob, &margin};
+    void *outs[4] = {&prob, &margin, NULL, NULL}; /* leaves, contributions: not asked */
     CU_ASSERT_FATAL(tpu_graph_program_run(p, ins, outs) == TPU_OK);
     uint32_t bits;
     memcpy(&bits, &prob, sizeof bits);
@@ -179,15 +203,15 @@ static void test_graph_shape(void) {
   CU_ASSERT_EQUAL(convert(j, &g2, err, sizeof err), TPU_OK);
   tpu_graph_free(g2);
   CU_ASSERT_EQUAL(tpu_graph_input_count(g), 1);
-  CU_ASSERT_EQUAL(tpu_graph_output_count(g), 3);
+  CU_ASSERT_EQUAL(tpu_graph_output_count(g), 5); /* and leaf_index, contributions on request */
   tpu_graph_tensor_info_t ti;
   tpu_graph_tensor(g, (size_t)tpu_graph_input(g, 0), &ti);
   CU_ASSERT_STRING_EQUAL(ti.name, "features");
   CU_ASSERT_EQUAL(ti.rank, 2);
   CU_ASSERT_EQUAL(ti.dims[0], -1);
   CU_ASSERT_EQUAL(ti.dims[1], 6);
-  const char *want[] = {"probabilities", "margin", "label"};
-  for (size_t o = 0; o < 3; o++) {
+  const char *want[] = {"probabilities", "margin", "label", "leaf_index", "contributions"};
+  for (size_t o = 0; o < 5; o++) {
     tpu_graph_tensor(g, (size_t)tpu_graph_output(g, o), &ti);
     CU_ASSERT_STRING_EQUAL(ti.name, want[o]);
   }
@@ -385,6 +409,8 @@ static void test_validate_missing_values(void) {
 TPU_TEST_SUITE(xgboost,
                {"validate_missing_values", test_validate_missing_values},
                {"fixtures_match_library", test_fixtures_match_library},
+               {"leaves_and_contributions_match_library",
+                test_leaves_and_contributions_match_library},
                {"logistic_saturates_as_library", test_logistic_saturates_as_library},
                {"graph_shape", test_graph_shape},
                {"malformed", test_malformed},
