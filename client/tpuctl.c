@@ -646,6 +646,16 @@ static int remote_infer(void *ctx, const tpu_payload_t *p, unsigned char **outs,
   req.n_inputs = req.n_raw_input_contents = p->nin;
   req.inputs = tinp;
   req.raw_input_contents = raw;
+  /* the captured answer's outputs by name (on-request ones only come when named) */
+  Inference__ModelInferRequest__InferRequestedOutputTensor rout[TPU_PAYLOAD_MAX_TENSORS];
+  Inference__ModelInferRequest__InferRequestedOutputTensor *routp[TPU_PAYLOAD_MAX_TENSORS];
+  for (size_t j = 0; j < p->nout; j++) {
+    inference__model_infer_request__infer_requested_output_tensor__init(&rout[j]);
+    rout[j].name = (char *)p->out[j].name;
+    routp[j] = &rout[j];
+  }
+  req.n_outputs = p->nout;
+  req.outputs = routp;
   Inference__ModelInferResponse *resp = NULL;
   tpu_client_status_t st = tpu_client_model_infer(c, &req, remote_opts.timeout_ms > 0
                                                   ? remote_opts.timeout_ms : 30000, &resp);

@@ -287,7 +287,25 @@ static int replay_one(replay_t *r, json_t *rec, uint64_t seq, char *why, size_t 
   }
   size_t rows = p->rows, nin = tpu_model_input_count(m), nout = tpu_model_output_count(m);
   size_t in_row = tpu_model_in_row_bytes(m), out_row = tpu_model_out_row_bytes(m);
-  if (rows == 0 || nin != p->nin || nout != p->nout) {
+  /* The answer's outputs, by name: every model output but the on-request ones the request
+   * did not name (the server leaves those out of the digest and the payload). cap[j]: the
+   * payload's tensor for model output j, or -1. */
+  long cap[TPU_PAYLOAD_MAX_TENSORS];
+  uint64_t want = 0;
+  size_t matched = 0;
+  int fits = rows > 0 && nin == p->nin && nout <= TPU_PAYLOAD_MAX_TENSORS;
+  for (size_t j = 0; fits && j < nout; j++) {
+    const tpu_model_tensor_t *t = tpu_model_output(m, j);
+    cap[j] = -1;
+    for (size_t k = 0; k < p->nout; k++)
+      if (strcmp(p->out[k].name, t->name) == 0) cap[j] = (long)k;
+    if (cap[j] < 0 && !t->on_request) fits = 0;
+    if (cap[j] >= 0) {
+      matched++;
+      if (t->on_request && j < 64) want |= UINT64_C(1) << j;
+    }
+  }
+  if (!fits || matched != p->nout) {
     snprintf(why, whylen, "the payload's %zu rows, %zu inputs and %zu outputs do not fit the "
              "model's %zu inputs and %zu outputs", rows, p->nin, p->nout, nin, nout);
     goto out;
@@ -311,7 +329,7 @@ static int replay_one(replay_t *r, json_t *rec, uint64_t seq, char *why, size_t 
     for (size_t row = 0; row < rows; row++)
       memcpy(in + row * in_row + t->offset, v->data + row * t->row_bytes, t->row_bytes);
   }
-  tpu_status_t st = tpu_model_infer(m, rows, in, outb);
+  tpu_status_t st = tpu_model_infer_want(m, rows, in, outb, want);
   if (st != TPU_OK) {
     snprintf(why, whylen, "the model refuses the inputs now: %s", tpu_strerror(st));
     verdict = R_MISMATCH;
@@ -322,6 +340,7 @@ static int replay_one(replay_t *r, json_t *rec, uint64_t seq, char *why, size_t 
   tpu_audit_sha256_init(&d);
   for (size_t j = 0; j < nout; j++) {
     const tpu_model_tensor_t *t = tpu_model_output(m, j);
+    if (cap[j] < 0) continue;
     for (size_t row = 0; row < rows; row++)
       tpu_audit_sha256_update(&d, outb + row * out_row + t->offset, t->row_bytes);
   }
@@ -333,7 +352,8 @@ static int replay_one(replay_t *r, json_t *rec, uint64_t seq, char *why, size_t 
   verdict = R_MISMATCH;
   for (size_t j = 0; j < nout; j++) {
     const tpu_model_tensor_t *t = tpu_model_output(m, j);
-    const tpu_payload_tensor_view_t *v = &p->out[j];
+    if (cap[j] < 0) continue;
+    const tpu_payload_tensor_view_t *v = &p->out[cap[j]];
     size_t eb = elem_bytes(t->datatype), per_row = t->row_bytes / (eb ? eb : 1);
     if (v->bytes != rows * t->row_bytes) {
       snprintf(why, whylen, "output SHA-256 %s, the record's is %s (the captured output '%s' "

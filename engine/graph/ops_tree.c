@@ -85,10 +85,13 @@ static void tree_release(void *params) {
 #define LEVELS_MAX_DEPTH 12               /* 4095 inner slots a tree */
 #define LEVELS_MAX_BYTES ((size_t)64 << 20) /* per model */
 
-/* The depth of the subtree at encoded node `at` (a leaf: 0). The trees are acyclic. */
-static int depth_of(const tpu__trees_t *p, int32_t at) {
+/* The depth of the subtree at encoded node `at` (a leaf: 0), or limit + 1 once it is deeper
+ * than limit (so a chain of a million nodes costs no deep recursion). Acyclic trees. */
+static int depth_of(const tpu__trees_t *p, int32_t at, int limit) {
   if (at < 0) return 0;
-  int l = depth_of(p, p->nodes[at].next[1]), r = depth_of(p, p->nodes[at].next[0]);
+  if (limit <= 0) return 1;
+  int l = depth_of(p, p->nodes[at].next[1], limit - 1);
+  int r = l > limit - 1 ? l : depth_of(p, p->nodes[at].next[0], limit - 1);
   return 1 + (l > r ? l : r);
 }
 
@@ -128,7 +131,7 @@ static tpu__tree_perfect_t *build_levels(const tpu__trees_t *p, void **blk, cons
     }
   int D = 1;
   for (size_t t = 0; t < p->ntrees; t++) {
-    int d = depth_of(p, p->roots[t]);
+    int d = depth_of(p, p->roots[t], LEVELS_MAX_DEPTH);
     D = d > D ? d : D;
     if (D > LEVELS_MAX_DEPTH) {
       *why = "deeper than 12 levels";
@@ -284,6 +287,9 @@ static tpu_status_t tree_prepare(tpu__prep_t *pc, tpu__step_t *s) {
     if (st == TPU_EINVAL)
       return tpu__prep_fail(pc, st, "output 3 (contributions) needs the trees' covers "
                             "(tpud_node_covers, tpud_leaf_covers) and one weight per leaf");
+    if (st == TPU_ERANGE)
+      return tpu__prep_fail(pc, st, "output 3 (contributions): a tree is deeper than %d "
+                            "levels", TPU__SHAP_MAX_DEPTH);
     size_t sb = st == TPU_OK ? tpu__shap_scratch(&ts->shap, width) : 0;
     if (st != TPU_OK || !(ts->shap_scratch = malloc(sb)))
       return tpu__prep_fail(pc, TPU_ENOMEM, "out of memory");

@@ -82,8 +82,10 @@ typedef struct {
   const int32_t *group; /* ntrees: the target its leaves feed */
 } tpu__shap_t;
 
+#define TPU__SHAP_MAX_DEPTH 256 /* deeper trees get no contributions (TPU_ERANGE) */
+
 /* The expected values and groups of p's trees into sh (arrays malloc'd in one block, *blk);
- * TPU_ENOMEM, or TPU_EINVAL without covers. */
+ * TPU_ENOMEM, TPU_EINVAL without covers, TPU_ERANGE for a tree deeper than 256 levels. */
 tpu_status_t tpu__shap_prepare(const tpu__trees_t *p, tpu__shap_t *sh, void **blk);
 /* Scratch bytes one row's call needs (the path buffers and one tree's contributions). */
 size_t tpu__shap_scratch(const tpu__shap_t *sh, size_t width);

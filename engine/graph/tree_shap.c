@@ -96,10 +96,13 @@ static float mean_of(const tpu__trees_t *p, int32_t at) {
   return r / cover(p, at);
 }
 
-static size_t depth_of(const tpu__trees_t *p, int32_t at) {
+/* The depth below `at`, or limit + 1 once deeper than limit (bounded recursion). */
+static size_t depth_of(const tpu__trees_t *p, int32_t at, size_t limit) {
   at = as_leaf(p, at);
   if (at < 0) return 0;
-  size_t l = depth_of(p, p->nodes[at].next[1]), r = depth_of(p, p->nodes[at].next[0]);
+  if (limit == 0) return 1;
+  size_t l = depth_of(p, p->nodes[at].next[1], limit - 1);
+  size_t r = l > limit - 1 ? l : depth_of(p, p->nodes[at].next[0], limit - 1);
   return 1 + (l > r ? l : r);
 }
 
@@ -116,11 +119,17 @@ tpu_status_t tpu__shap_prepare(const tpu__trees_t *p, tpu__shap_t *sh, void **bl
   float *mean = (float *)b;
   int32_t *group = (int32_t *)(mean + p->ntrees);
   size_t maxd = 0;
+  for (size_t t = 0; t < p->ntrees; t++) { /* depth first: mean_of and shap recurse */
+    size_t d = depth_of(p, p->roots[t], TPU__SHAP_MAX_DEPTH);
+    if (d > TPU__SHAP_MAX_DEPTH) {
+      free(b);
+      return TPU_ERANGE;
+    }
+    maxd = d > maxd ? d : maxd;
+  }
   for (size_t t = 0; t < p->ntrees; t++) {
     mean[t] = mean_of(p, p->roots[t]);
     group[t] = group_of(p, p->roots[t]);
-    size_t d = depth_of(p, p->roots[t]);
-    maxd = d > maxd ? d : maxd;
   }
   *sh = (tpu__shap_t){.maxdepth = maxd, .mean = mean, .group = group};
   *blk = b;

@@ -97,8 +97,10 @@ static void run_batch(tpu_batcher_t *b, size_t nsegs, size_t n) {
   }
   if (bucket > n) memset(b->inbuf + n * inb, 0, (bucket - n) * inb);
   char err[160] = "";
+  uint64_t want = 0;
+  for (size_t i = 0; i < nsegs; i++) want |= b->segs[i].req->want;
   uint64_t t0 = tpu_now_us();
-  int rc = b->cfg.run(b->cfg.run_ctx, bucket, b->inbuf, b->outbuf, err, sizeof err);
+  int rc = b->cfg.run(b->cfg.run_ctx, bucket, b->inbuf, b->outbuf, want, err, sizeof err);
   uint64_t dt = tpu_now_us() - t0, din = t0 - tin, dout = 0;
   uint64_t id = ++b->next_batch_id;
   tpu_model_stats_t *st = b->cfg.stats;

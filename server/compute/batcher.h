@@ -37,9 +37,10 @@ typedef struct tpu_batcher tpu_batcher_t;
 typedef struct tpu_batch_req tpu_batch_req_t;
 
 /* Runs one padded batch: in holds bucket_rows × in_row_bytes, out receives bucket_rows ×
- * out_row_bytes. Returns 0, or non-zero with a message in err. */
+ * out_row_bytes; want is the union of the batch's requests' want (the model's on-request
+ * outputs to compute). Returns 0, or non-zero with a message in err. */
 typedef int (*tpu_batch_run_fn)(void *ctx, size_t bucket_rows, const void *in, void *out,
-                                char *err, size_t errlen);
+                                uint64_t want, char *err, size_t errlen);
 /* Called once per accepted request when it is complete (req->code says how). */
 typedef void (*tpu_batch_done_fn)(tpu_batch_req_t *req, void *ctx);
 
@@ -54,6 +55,7 @@ struct tpu_batch_req {
   void *user;            /* the submitter's */
   tpu_batch_done_fn done; /* its completion; NULL: the batcher's (config) */
   void *done_ctx;
+  uint64_t want;         /* passed to run (or-ed over a batch): on-request outputs it needs */
   /* Set by the batcher before done. */
   int code;              /* tpu_code_t: OK, CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE, INTERNAL */
   char msg[512];         /* why, when code is not OK */

@@ -857,6 +857,7 @@ static void serve_infer(tpu__call_t *call) {
   }
   tpu_batch_req_t *b = &call->u.infer.breq;
   b->rows = res.rows;
+  b->want = call->u.infer.want; /* the batch computes the on-request outputs someone named */
   if (m->nin == 1) {
     b->in = res.data[0];
   } else { /* several inputs: one packed row per batch row (model.h) */
@@ -895,11 +896,17 @@ refuse:
   tpu__reply(call, code, msg, NULL);
 }
 
+/* 1 when output j is part of the request's answer: every output but an on-request one the
+ * request did not name (its rows hold zeros, or another request's values: not this answer). */
+static int answered(const tpu__model_t *m, size_t j, uint64_t want) {
+  return !tpu_model_output(m->model, j)->on_request || (j < 64 && (want >> j & 1));
+}
+
 /* SHA-256 over packed rows, tensor by tensor: tensor i's rows in order, then the next, so the
  * digest is that of every tensor's bytes concatenated in model order (for a one-tensor model,
- * of its bytes). */
+ * of its bytes). Outputs: those of the answer (want: the request's named outputs). */
 static void digest_rows(const unsigned char *base, size_t rows, size_t stride,
-                        const tpu__model_t *m, int outputs, char hex[65]) {
+                        const tpu__model_t *m, int outputs, uint64_t want, char hex[65]) {
   size_t n = outputs ? m->nout : m->nin;
   if (n == 1) {
     tpu_audit_sha256_hex(base, rows * stride, hex);
@@ -912,6 +919,7 @@ static void digest_rows(const unsigned char *base, size_t rows, size_t stride,
     return;
   }
   for (size_t i = 0; i < n; i++) {
+    if (outputs && !answered(m, i, want)) continue;
     const tpu_model_tensor_t *t = outputs ? tpu_model_output(m->model, i)
                                           : tpu_model_input(m->model, i);
     for (size_t r = 0; r < rows; r++) tpu_audit_sha256_update(&d, base + r * stride + t->offset, t->row_bytes);
@@ -935,21 +943,23 @@ static void capture_infer(tpu__call_t *call, tpu_audit_record_t *rec) {
   tpu__model_t *m = call->model;
   const tpu_batch_req_t *b = &call->u.infer.breq;
   tpu_payload_tensor_t in[TPU_MODEL_MAX_IO], out[TPU_MODEL_MAX_IO];
+  size_t nout = 0;
   for (size_t i = 0; i < m->nin; i++) {
     const tpu_model_tensor_t *t = tpu_model_input(m->model, i);
     in[i] = (tpu_payload_tensor_t){t->name, t->datatype, t->rank, t->shape,
                                    (const unsigned char *)b->in + t->offset, b->rows, m->in_row,
                                    t->row_bytes};
   }
-  for (size_t j = 0; j < m->nout; j++) {
+  for (size_t j = 0; j < m->nout; j++) { /* the answer's outputs, as the digest covers */
+    if (!answered(m, j, call->u.infer.want)) continue;
     const tpu_model_tensor_t *t = tpu_model_output(m->model, j);
-    out[j] = (tpu_payload_tensor_t){t->name, t->datatype, t->rank, t->shape,
-                                    (const unsigned char *)call->u.infer.out + t->offset, b->rows,
-                                    m->out_row, t->row_bytes};
+    out[nout++] = (tpu_payload_tensor_t){t->name, t->datatype, t->rank, t->shape,
+                                         (const unsigned char *)call->u.infer.out + t->offset,
+                                         b->rows, m->out_row, t->row_bytes};
   }
   tpu_audit_t *a = tpu__audit_enter(call->srv);
   if (!a) return;
-  if (tpu_audit_capture(a, m->name, m->version_str, b->rows, in, m->nin, out, m->nout,
+  if (tpu_audit_capture(a, m->name, m->version_str, b->rows, in, m->nin, out, nout,
                         &rec->payload) != 0)
     tpu_log_warn("%s: request %s: its payload could not be captured (out of memory)", m->label,
                  rec->request_id ? rec->request_id : "");
@@ -963,8 +973,9 @@ static void digest_infer(tpu__call_t *call, tpu_audit_record_t *rec, tpu__digest
   rec->request_id = q->id;
   rec->model = m->name;
   rec->version = m->version_str;
-  digest_rows(b->in, b->rows, m->in_row, m, 0, d->in_hex);
-  if (call->code == TPU_CODE_OK) digest_rows(call->u.infer.out, b->rows, m->out_row, m, 1, d->out_hex);
+  digest_rows(b->in, b->rows, m->in_row, m, 0, 0, d->in_hex);
+  if (call->code == TPU_CODE_OK)
+    digest_rows(call->u.infer.out, b->rows, m->out_row, m, 1, call->u.infer.want, d->out_hex);
   rec->queue_us = b->queue_us;
   rec->compute_us = b->compute_us;
   rec->batch_id = b->batch_id;

@@ -294,8 +294,8 @@ int tpu_validate_infer(const tpu_vmodel_t *m, const tpu_vrequest_t *r, tpu_vresu
       return fail(msg, msglen, "%s: missing input '%s'", m->name, m->inputs[mi].name);
   res->rows = batch >= 0 ? (size_t)batch : 1;
 
-  if (r->noutputs == 0) {
-    for (size_t j = 0; j < m->noutputs; j++) res->want_output[j] = 1;
+  if (r->noutputs == 0) { /* every output but those returned only when named */
+    for (size_t j = 0; j < m->noutputs; j++) res->want_output[j] = !m->outputs[j].on_request;
     return TPU_CODE_OK;
   }
   for (size_t k = 0; k < r->noutputs; k++) {

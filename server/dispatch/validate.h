@@ -28,6 +28,7 @@ typedef struct {
   const int64_t *shape;
   size_t rank;
   int nonfinite_ok; /* inputs: NaN and infinities are accepted (tree models: NaN = missing) */
+  int on_request;   /* outputs: returned only when the request names it (not by default) */
 } tpu_tensor_spec_t;
 
 typedef struct {

@@ -119,10 +119,18 @@ int tpu_model_bucket_index(const tpu_model_t *model, size_t rows);
  * message in err (errlen bytes; err may be NULL). */
 tpu_status_t tpu_model_run(tpu_model_t *model, size_t bucket_index, const void *in, void *out,
                            char *err, size_t errlen);
+/* The same, also computing the on-request outputs (tpu_model_tensor_t.on_request) whose bit
+ * (1 << output index) is set in `want`; tpu_model_run computes none of them. An on-request
+ * output not computed is zeros in `out`. */
+tpu_status_t tpu_model_run_want(tpu_model_t *model, size_t bucket_index, const void *in,
+                                void *out, uint64_t want, char *err, size_t errlen);
 
 /* Runs `rows` packed rows (any number ≥ 1) through the model, padding internally (see DESIGN).
  * Allocates nothing. One thread at a time per model. */
 tpu_status_t tpu_model_infer(tpu_model_t *model, size_t rows, const void *in, void *out);
+/* The same with on-request outputs as tpu_model_run_want. */
+tpu_status_t tpu_model_infer_want(tpu_model_t *model, size_t rows, const void *in, void *out,
+                                  uint64_t want);
 
 /* One input or output of a model. */
 typedef struct {
@@ -141,6 +149,8 @@ typedef struct {
                               * element of the last dimension (NULL: none) */
   size_t nlabels;
   size_t label_max;      /* bytes of the longest label */
+  int on_request;        /* outputs: computed and returned only when a request names it (a
+                          * tree model's leaf_index and contributions) */
 } tpu_model_tensor_t;
 
 size_t tpu_model_input_count(const tpu_model_t *model);

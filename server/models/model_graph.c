@@ -242,8 +242,7 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
   }
   m->in_row = off;
   off = 0;
-  for (size_t pj = 0; pj < m->nprog_out; pj++)
-    if (!tpu_graph_program_output_on_request(big, pj)) m->pout[nout++] = pj;
+  for (size_t pj = 0; pj < m->nprog_out; pj++) m->pout[nout++] = pj;
   for (size_t j = 0; j < nout; j++) {
     tpu_graph_io_t io;
     tpu_graph_program_output(big, m->pout[j], &io);
@@ -263,6 +262,7 @@ tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_loa
     }
     if (set_tensor(&m->outs[j], &io, m->batched, &off) != TPU_OK)
       return fail(err, errlen, TPU_ENOMEM, ck, "out of memory");
+    m->outs[j].t.on_request = tpu_graph_program_output_on_request(big, m->pout[j]);
     m->nout = j + 1;
   }
   m->out_row = off;
@@ -509,8 +509,8 @@ done:
   return rc;
 }
 
-tpu_status_t tpu__model_run_graph(tpu_model_t *m, size_t b, const void *in, void *out, char *err,
-                                  size_t errlen) {
+tpu_status_t tpu__model_run_graph(tpu_model_t *m, size_t b, const void *in, void *out,
+                                  uint64_t want, char *err, size_t errlen) {
   size_t rows = m->cfg->buckets[b];
   const void *ins[TPU_MODEL_MAX_IO];
   void *outs[TPU_MODEL_MAX_IO];
@@ -527,8 +527,10 @@ tpu_status_t tpu__model_run_graph(tpu_model_t *m, size_t b, const void *in, void
       ins[i] = dst;
     }
   }
-  for (size_t pj = 0; pj < m->nprog_out; pj++) outs[pj] = NULL; /* on request: not asked */
-  for (size_t j = 0; j < m->nout; j++) outs[m->pout[j]] = m->nout == 1 ? out : m->gout[j];
+  for (size_t j = 0; j < m->nout; j++) {
+    int skip = m->outs[j].t.on_request && !(j < 64 && (want >> j & 1)); /* not asked for */
+    outs[m->pout[j]] = skip ? NULL : m->nout == 1 ? out : m->gout[j];
+  }
   tpu_status_t rc = tpu_graph_program_run(m->progs[b], ins, outs);
   if (rc != TPU_OK) {
     if (err && errlen) snprintf(err, errlen, "%s", tpu_graph_program_error(m->progs[b]));
@@ -538,6 +540,10 @@ tpu_status_t tpu__model_run_graph(tpu_model_t *m, size_t b, const void *in, void
     for (size_t j = 0; j < m->nout; j++) {
       const tpu_model_tensor_t *t = &m->outs[j].t;
       const unsigned char *src = m->gout[j];
+      if (!outs[m->pout[j]]) { /* on request, not computed: zeros, so digests are stable */
+        for (size_t r = 0; r < rows; r++) memset(y + r * m->out_row + t->offset, 0, t->row_bytes);
+        continue;
+      }
       for (size_t r = 0; r < rows; r++)
         memcpy(y + r * m->out_row + t->offset, src + r * t->row_bytes, t->row_bytes);
     }

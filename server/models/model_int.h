@@ -48,9 +48,7 @@ struct tpu_model {
   tpu_graph_t *graph;
   tpu_graph_program_t *progs[TPU_MODEL_MAX_BUCKETS];
   void *gin[TPU_MODEL_MAX_IO], *gout[TPU_MODEL_MAX_IO]; /* per-tensor staging (several) */
-  /* Graph outputs computed only on request (a tree model's leaf indices and contributions)
-   * are not served yet: the model's outputs are the others, output j being program output
-   * pout[j] of nprog_out, and the others are passed as NULL (not computed). */
+  /* Output j is program output pout[j] (of nprog_out: the same list, in order). */
   size_t pout[TPU_MODEL_MAX_IO], nprog_out;
   /* both */
   unsigned char *pad_in;  /* staging for tpu_model_infer: max_bucket packed input rows */
@@ -77,9 +75,10 @@ tpu_status_t tpu__model_calibrate(tpu_model_t *m, const tpu_model_load_opts_t *o
  * failed read. Errors name the file and the node or tensor. */
 tpu_status_t tpu__model_load_graph(tpu_model_t *m, const char *ck, tpu_model_load_opts_t *o,
                                    int *sys, char *err, size_t errlen);
-/* One padded batch of bucket b through the graph program. */
-tpu_status_t tpu__model_run_graph(tpu_model_t *m, size_t b, const void *in, void *out, char *err,
-                                  size_t errlen);
+/* One padded batch of bucket b through the graph program, with the on-request outputs whose
+ * bit is set in want (the others zeros). */
+tpu_status_t tpu__model_run_graph(tpu_model_t *m, size_t b, const void *in, void *out,
+                                  uint64_t want, char *err, size_t errlen);
 /* Frees what the graph part holds. */
 void tpu__model_free_graph(tpu_model_t *m);
 

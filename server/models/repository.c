@@ -593,15 +593,15 @@ tpu__model_t *tpu__server_find_model(tpu_server_t *srv, const char *name, const 
 
 /* ---- instances ---- */
 
-static int model_run(void *ctx, size_t bucket_rows, const void *in, void *out, char *err,
-                     size_t errlen) {
+static int model_run(void *ctx, size_t bucket_rows, const void *in, void *out, uint64_t want,
+                     char *err, size_t errlen) {
   tpu__model_t *m = ctx;
   int bi = tpu_model_bucket_index(m->model, bucket_rows);
   if (bi < 0) {
     snprintf(err, errlen, "no bucket holds %zu rows", bucket_rows);
     return -1;
   }
-  tpu_status_t st = tpu_model_run(m->model, (size_t)bi, in, out, err, errlen);
+  tpu_status_t st = tpu_model_run_want(m->model, (size_t)bi, in, out, want, err, errlen);
   if (st != TPU_OK) {
     if (!err[0]) snprintf(err, errlen, "%s", tpu_strerror(st));
     return -1;
@@ -666,11 +666,12 @@ static int instance_load(tpu__repo_t *r, const char *name, const char *vdir, uin
   m->nout = tpu_model_output_count(m->model);
   for (size_t i = 0; i < m->nin; i++) {
     const tpu_model_tensor_t *t = tpu_model_input(m->model, i);
-    m->in_spec[i] = (tpu_tensor_spec_t){t->name, t->datatype, t->shape, t->rank, t->missing_ok};
+    m->in_spec[i] = (tpu_tensor_spec_t){t->name, t->datatype, t->shape, t->rank, t->missing_ok, 0};
   }
   for (size_t j = 0; j < m->nout; j++) {
     const tpu_model_tensor_t *t = tpu_model_output(m->model, j);
-    m->out_spec[j] = (tpu_tensor_spec_t){t->name, t->datatype, t->shape, t->rank, 0};
+    m->out_spec[j] = (tpu_tensor_spec_t){t->name, t->datatype, t->shape, t->rank, 0,
+                                         t->on_request};
   }
   m->in_row = tpu_model_in_row_bytes(m->model);
   m->out_row = tpu_model_out_row_bytes(m->model);

@@ -46,7 +46,9 @@ grpc = inf = infg = None
 MODELS = {"xgboost": ["fraud_d6", "multi_d3", "forest_d3", "reg_d6"],
           "sklearn": ["rf_multi", "rf_reg", "gb_fraud", "hgb_fraud", "hgb_multi", "hgb_reg"]}
 LIB = {"xgboost": "XGBoost", "sklearn": "scikit-learn"}
-TOL = {"probabilities": 1e-6, "prediction": 1e-5, "margin": 1e-5, "label": 0}
+TOL = {"probabilities": 1e-6, "prediction": 1e-5, "margin": 1e-5, "label": 0,
+       "leaf_index": 0, "contributions": 1e-5}
+ON_REQUEST = ("leaf_index", "contributions")  # returned only when a request names them
 NP_OF = {"FP32": "<f4", "INT64": "<i8"}
 ST = {"F32": "<f4", "I64": "<i8"}
 
@@ -164,8 +166,10 @@ def via_http_json(model, x):
     return json_outputs(r)
 
 
-def via_grpc(model, x, raw=True):
+def via_grpc(model, x, raw=True, outputs=()):
     r = inf.ModelInferRequest(model_name=model)
+    for name in outputs:
+        r.outputs.add().name = name
     t = r.inputs.add()
     t.name, t.datatype = "input", "FP32"
     t.shape.extend(x.shape)
@@ -228,8 +232,9 @@ def serve():
         t = safetensors(os.path.join(ARGS.data, model, "1", "reference.safetensors"))
         x = t["input.input"]
         want = {k[len("output."):]: v for k, v in t.items() if k.startswith("output.")}
-        names = [o["name"] for o in meta["outputs"]]
-        check(sorted(names) == sorted(want), f"{model}: outputs {names} are the reference's",
+        names = [o["name"] for o in meta["outputs"] if o["name"] not in ON_REQUEST]
+        check(sorted(names) == sorted(want), f"{model}: outputs {names} are the reference's "
+              f"(and, on request: {[o['name'] for o in meta['outputs'] if o['name'] in ON_REQUEST]})",
               f"reference has {sorted(want)}")
         allrows = np.arange(x.shape[0])
         finite = allrows[np.isfinite(x).all(axis=1)]
@@ -243,6 +248,23 @@ def serve():
         agree("HTTP JSON (finite rows)", via_http_json, model, x, want, finite, rng)
         agree("tpuctl infer, framed protocol (finite rows)", via_tpuctl, model, x, want,
               finite[:300], rng)
+        if ARGS.kind == "xgboost" and len(finite):
+            # over HTTP JSON, contributions named: only they come back, and per row (and class)
+            # they sum to the margin (TreeSHAP's local accuracy)
+            row = x[finite[:3]]
+            body = {"inputs": [{"name": "input", "shape": list(row.shape), "datatype": "FP32",
+                                "data": row.ravel().tolist()}],
+                    "outputs": [{"name": "contributions"}]}
+            st, r = http("POST", f"/v2/models/{model}/infer", body)
+            outs = json_outputs(r) if st == 200 else {}
+            ok = sorted(outs) == ["contributions"]
+            if ok:
+                c = outs["contributions"][1].astype(np.float64)
+                total = c.sum(axis=-1).reshape(len(row), -1)
+                err = float(np.abs(total - want["margin"][finite[:3]]).max())
+                ok = err < 1e-4
+            check(ok, f"{model}: HTTP JSON naming 'contributions' gets only them, and they sum "
+                  f"to the margin", f"HTTP {st}: {str(r)[:300]}")
         st, r = http("GET", "/v2/debug/models")
         if st == 200:
             txt = json.dumps(r)
@@ -305,6 +327,23 @@ def fresh():
             want[key] = b.inplace_predict(x).astype(np.float32).reshape(10000, -1)
         agree(f"10,000 fresh rows ({obj}, xgboost {xgb.__version__}) over gRPC", via_grpc,
               model, x, want, np.arange(10000), random.Random(7))
+        # Named on request: each tree's leaf and the contributions, against pred_leaf and
+        # pred_contribs on the rows without ±Inf (a DMatrix refuses them), with the others.
+        keep = np.arange(10000)[~np.isinf(x).any(axis=1)]
+        dm = xgb.DMatrix(x[keep], missing=np.nan)
+        xwant = {k: np.zeros((10000,) + v.shape[1:], v.dtype) for k, v in want.items()}
+        for k, v in want.items():
+            xwant[k][keep] = v[keep]
+        leaf = b.predict(dm, pred_leaf=True).astype(np.float32).reshape(len(keep), -1)
+        contrib = b.predict(dm, pred_contribs=True).astype(np.float32)
+        xwant["leaf_index"] = np.zeros((10000,) + leaf.shape[1:], np.float32)
+        xwant["leaf_index"][keep] = leaf
+        xwant["contributions"] = np.zeros((10000,) + contrib.shape[1:], np.float32)
+        xwant["contributions"][keep] = contrib
+        names = list(want) + list(ON_REQUEST)
+        agree(f"{len(keep)} of them with leaf_index and contributions named (pred_leaf, "
+              f"pred_contribs)", lambda m, v: via_grpc(m, v, outputs=names), model, x, xwant,
+              keep, random.Random(8))
 
 
 def main():

@@ -29,7 +29,9 @@ typedef struct {
   int done_count;
 } fake_t;
 
-static int fake_run(void *ctx, size_t rows, const void *in, void *out, char *err, size_t len) {
+static int fake_run(void *ctx, size_t rows, const void *in, void *out, uint64_t want, char *err,
+                    size_t len) {
+  (void)want;
   fake_t *f = ctx;
   pthread_mutex_lock(&f->mu);
   if (f->runs < 64) f->buckets[f->runs] = rows;

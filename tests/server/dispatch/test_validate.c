@@ -14,8 +14,8 @@
 
 static const int64_t in_shape[2] = {-1, 5};
 static const int64_t out_shape[2] = {-1, 3};
-static const tpu_tensor_spec_t in_spec = {"x", "FP32", in_shape, 2, 0};
-static const tpu_tensor_spec_t out_spec = {"probs", "FP32", out_shape, 2, 0};
+static const tpu_tensor_spec_t in_spec = {"x", "FP32", in_shape, 2, 0, 0};
+static const tpu_tensor_spec_t out_spec = {"probs", "FP32", out_shape, 2, 0, 0};
 static const tpu_vmodel_t model = {"model 'm' version 1", &in_spec, 1, &out_spec, 1};
 
 static float data[64];
@@ -144,7 +144,7 @@ static void test_failures(void) {
 
 static void test_missing_and_batch_mismatch(void) {
   static const int64_t a_shape[2] = {-1, 2}, b_shape[2] = {-1, 3};
-  tpu_tensor_spec_t specs[2] = {{"a", "FP32", a_shape, 2, 0}, {"b", "BF16", b_shape, 2, 0}};
+  tpu_tensor_spec_t specs[2] = {{"a", "FP32", a_shape, 2, 0, 0}, {"b", "BF16", b_shape, 2, 0, 0}};
   tpu_vmodel_t m2 = {"model 'two' version 1", specs, 2, &out_spec, 1};
   int64_t sa[2] = {4, 2}, sb[2] = {5, 3};
   tpu_vinput_t a = raw_input(sa, 2, 32);
@@ -263,7 +263,7 @@ static void test_nonfinite(void) {
 
   /* BF16 (a model input of that type), by bits: 0x7f80 is infinity, 0x7fc1 a NaN. */
   static const int64_t b_shape[1] = {-1};
-  tpu_tensor_spec_t bspec = {"b", "BF16", b_shape, 1, 0};
+  tpu_tensor_spec_t bspec = {"b", "BF16", b_shape, 1, 0, 0};
   tpu_vmodel_t mb = {"model 'b' version 1", &bspec, 1, &out_spec, 1};
   uint16_t bf[4] = {0x3f80, 0x7f7f, 0xff80, 0x7fc1}; /* 1, max finite, -inf, NaN */
   int64_t s4[1] = {4}, s2[1] = {2};

@@ -384,7 +384,7 @@ static void test_validate_missing_values(void) {
   tpu_vresult_t res;
   char msg[512] = "";
   for (int ok = 0; ok < 2; ok++) {
-    tpu_tensor_spec_t is = {"input", "FP32", shape, 2, ok}, os = {"margin", "FP32", oshape, 2, 0};
+    tpu_tensor_spec_t is = {"input", "FP32", shape, 2, ok, 0}, os = {"margin", "FP32", oshape, 2, 0, 0};
     tpu_vmodel_t m = {"model 'trees' version 1", &is, 1, &os, 1};
     int code = tpu_validate_infer(&m, &r, &res, msg, sizeof msg);
     if (ok) {
@@ -401,7 +401,7 @@ static void test_validate_missing_values(void) {
   in.fp32 = x;
   in.n_fp32 = 6;
   r.n_raw = 0;
-  tpu_tensor_spec_t is = {"input", "FP32", shape, 2, 1}, os = {"margin", "FP32", oshape, 2, 0};
+  tpu_tensor_spec_t is = {"input", "FP32", shape, 2, 1, 0}, os = {"margin", "FP32", oshape, 2, 0, 0};
   tpu_vmodel_t m = {"model 'trees' version 1", &is, 1, &os, 1};
   CU_ASSERT_EQUAL(tpu_validate_infer(&m, &r, &res, msg, sizeof msg), TPU_CODE_OK);
 }
