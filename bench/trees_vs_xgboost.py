@@ -9,7 +9,7 @@ usage: bench/trees_vs_xgboost.py BUILD_DIR [--reps N] [--quick] [--no-server] [-
    Booster.save_model and served by tpud as "format": "xgboost" (buckets 1, 64, 1024).
 2. In-process, one thread each, at batch 1, 64 and 1024: tpud through bench/onnx_bench
    (tpu_model_infer after tpu_model_load: the compiled tree program, the strategy it chose
-   per bucket, and each strategy forced with TPUD_TREE_STRATEGY=walk|levels) and XGBoost's
+   per bucket, and each strategy forced with TPUD_TREE_STRATEGY=walk|levels|gemm) and XGBoost's
    Booster.inplace_predict (nthread 1, predict_type "value") on a pre-built float32 array of the
    same rows (onnx_bench's generator, re-created here), timed in groups of calls so Python's
    per-call overhead is as small as it gets; the rows' outputs are first checked equal (tpud's
@@ -197,14 +197,17 @@ def main():
             want = boosters[name].inplace_predict(xin, predict_type="margin")
             if not np.array_equal(out["margin"], want.astype(np.float32)):
                 raise SystemExit(f"{name}: tpud's margins differ from XGBoost's")
-        choice = {}
+        choice, nogemm = {}, {}
         for line in desc.splitlines():
-            m = re.search(r"(\d+) trees.*exact, (levels|node walk)", line)
+            m = re.search(r"(\d+) trees.*; no gemm: ([^;]*)", line)
+            if m:
+                nogemm[int(m.group(1))] = m.group(2).strip()
+            m = re.search(r"(\d+) trees.*exact, (levels|node walk|gemm)", line)
             if m:
                 choice.setdefault(int(m.group(1)), []).append(m.group(2))
         res = {}
         for rep in range(a.reps):
-            for strategy in ("auto", "walk", "levels"):
+            for strategy in ("auto", "walk", "levels", "gemm"):
                 ns, _ = run_tpud(bench, models, strategy)
                 for k, v in ns.items():
                     res.setdefault(("tpud", strategy) + k, []).append(v)
@@ -212,14 +215,14 @@ def main():
                 for bt in BATCHES:
                     res.setdefault(("xgb", "-", name, bt), []).append(time_xgb(b, x, bt))
             print(f"rep {rep + 1}/{a.reps} done", file=sys.stderr)
-        lines = ["| model | batch | tpud rows/s (chosen) | walk | levels | XGBoost rows/s | "
-                 "tpud/XGB |", "|---|---|---|---|---|---|---|"]
+        lines = ["| model | batch | tpud rows/s (chosen) | walk | levels | gemm | XGBoost rows/s | "
+                 "tpud/XGB |", "|---|---|---|---|---|---|---|---|"]
         table = []
         for name in models:
             trees = int(name.split("_t")[1])
             for i, bt in enumerate(BATCHES):
                 med = {s: statistics.median(res[("tpud", s, name, bt)])
-                       for s in ("auto", "walk", "levels")}
+                       for s in ("auto", "walk", "levels", "gemm")}
                 xg = statistics.median(res[("xgb", "-", name, bt)])
                 ratio = statistics.median(x_ / t_ for x_, t_ in
                                           zip(res[("xgb", "-", name, bt)],
@@ -227,8 +230,10 @@ def main():
                 ch = choice.get(trees, ["?"] * 3)
                 ch = ch[i] if i < len(ch) else "?"
                 rps = {s: bt / v * 1e9 for s, v in med.items()}
+                gm = f"n/a ({nogemm[trees]})" if trees in nogemm else f"{rps['gemm']:,.0f}"
                 lines.append(f"| {name} | {bt} | {rps['auto']:,.0f} ({ch}) | {rps['walk']:,.0f}"
-                             f" | {rps['levels']:,.0f} | {bt / xg * 1e9:,.0f} | {ratio:.2f} |")
+                             f" | {rps['levels']:,.0f} | {gm} | {bt / xg * 1e9:,.0f}"
+                             f" | {ratio:.2f} |")
                 table.append({"model": name, "batch": bt, "tpud_ns": med, "xgb_ns": xg,
                               "ratio": ratio, "chosen": ch})
         print("\n".join(lines))

@@ -202,15 +202,25 @@ typedef struct tpu__vec_kernels {
    * any exact traversal bit for bit. NULL: the portable loop (tpu__tree_perfect_ref). */
   void (*tree_perfect)(const tpu__tree_perfect_t *p, const float *x, size_t width, size_t rows,
                        float *acc, size_t nt);
+  /* The GEMM strategy's decisions (engine/graph/tree_gemm.c) for one row: out[j] = 1 when
+   * row[feat[j] & 0x7fffffff] < thr[j] (leq: <=), or it is NaN and bit 31 of feat[j] is set;
+   * else 0. NULL: the portable loop (tpu__tree_decide_ref). */
+  void (*tree_decide)(const int32_t *feat, const float *thr, size_t n, int leq,
+                      const float *row, int8_t *out);
 } tpu__vec_kernels_t;
 
 /* The portable level-by-level traversal (engine/kernels/ref/tree_ref.c). */
 void tpu__tree_perfect_ref(const tpu__tree_perfect_t *p, const float *x, size_t width,
                            size_t rows, float *acc, size_t nt);
+void tpu__tree_decide_ref(const int32_t *feat, const float *thr, size_t n, int leq,
+                          const float *row, int8_t *out);
 #ifdef TPU_HAVE_KERNELS_AVX512
-/* The same with AVX-512 gathers, 16 trees at a time (engine/kernels/avx512/tree_avx512.c). */
+/* The same with AVX-512 gathers, 16 trees (or nodes) at a time
+ * (engine/kernels/avx512/tree_avx512.c). */
 void tpu__tree_perfect_avx512(const tpu__tree_perfect_t *p, const float *x, size_t width,
                               size_t rows, float *acc, size_t nt);
+void tpu__tree_decide_avx512(const int32_t *feat, const float *thr, size_t n, int leq,
+                             const float *row, int8_t *out);
 #endif
 
 /* One kernel set: a name users can force with TPUD_ISA, the CPU features it needs, one entry

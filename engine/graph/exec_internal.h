@@ -110,7 +110,7 @@ struct tpu__step {
   const float *obs_w;
   tpu_layout_t obs_layout;
   size_t obs_m, obs_k, obs_n;
-  char desc[256];       /* for tpu_graph_program_describe (optional; "" = op and name) */
+  char desc[384];       /* for tpu_graph_program_describe (optional; "" = op and name) */
 };
 
 struct tpu__run_ctx {

@@ -63,15 +63,24 @@ typedef struct {
   const tpu__tree_perfect_t *perf; /* the padded layout, NULL when the trees cannot take it */
   void *owned_perf;                /* its block, when this step built it */
   void (*levels)(const tpu__tree_perfect_t *, const float *, size_t, size_t, float *, size_t);
-  int use_levels;                  /* this bucket's choice */
+  const tpu__tree_gemm_t *gemm;    /* the path matrices on the engine, NULL when not built */
+  tpu__tree_gemm_t *owned_gemm;    /* when this step built them */
+  tpu__tree_gemm_run_t *gemm_run;  /* this bucket's plans */
+  int strategy;                    /* this bucket's choice (STRAT_*) */
+  const char *why_levels, *why_gemm; /* why a strategy is not there */
   float *acc;
   unsigned char *has;
   tpu__shap_t shap;                /* output 3 (contributions): the trees' expected values */
   void *shap_blk, *shap_scratch;
 } tree_step_t;
 
+enum { STRAT_WALK = 0, STRAT_LEVELS, STRAT_GEMM, STRAT_COUNT };
+static const char *const strat_names[] = {"node walk", "levels", "gemm"};
+
 static void tree_release(void *params) {
   tree_step_t *ts = params;
+  tpu__tree_gemm_run_free(ts->gemm_run); /* its plans before the weights they use */
+  tpu__tree_gemm_free(ts->owned_gemm);
   free(ts->owned);
   free(ts->owned_perf);
   free(ts->acc);
@@ -199,16 +208,22 @@ static double now_us(void) {
 static void walk_rows(const tpu__trees_t *p, const float *x, size_t r0, size_t r1, float *acc,
                       unsigned char *has);
 
-/* The better strategy for `rows`-row batches, measured on rows made of the model's own
+static tpu_status_t accumulate(const tree_step_t *ts, const float *x, size_t r0, size_t r1,
+                              float *acc, unsigned char *has);
+
+/* The fastest strategy for `rows`-row batches, measured on rows made of the model's own
  * thresholds (each feature at one of its splits, just below or at it, so rows take the trees'
- * paths rather than one edge): *walk_us and *levels_us per row, best of three. */
-static int measure(const tree_step_t *ts, size_t rows, double *walk_us, double *levels_us) {
+ * paths rather than one edge): us[s] per row, best of three, for each strategy the trees can
+ * take (the others: -1). */
+static int measure(tree_step_t *ts, size_t rows, double us[STRAT_COUNT]) {
   const tpu__trees_t *p = ts->e;
   size_t n = rows < 1 ? 1 : rows > 256 ? 256 : rows, w = p->width;
   float *x = malloc(n * w * sizeof *x), *acc = malloc(n * p->ntargets * sizeof *acc);
-  if (!x || !acc) {
-    free(x), free(acc);
-    return 0;
+  unsigned char *has = malloc(n * p->ntargets);
+  for (int s = 0; s < STRAT_COUNT; s++) us[s] = -1;
+  if (!x || !acc || !has) {
+    free(x), free(acc), free(has);
+    return STRAT_WALK;
   }
   uint64_t st = 0x9e3779b97f4a7c15ull ^ rows;
   for (size_t i = 0; i < n * w; i++) x[i] = 0;
@@ -218,20 +233,22 @@ static int measure(const tree_step_t *ts, size_t rows, double *walk_us, double *
       const tpu__tnode_t *nd = &p->nodes[st % p->nnodes];
       x[r * w + (size_t)nd->feature] = (st >> 40) & 1 ? nd->split : nextafterf(nd->split, -INFINITY);
     }
-  double best[2] = {1e300, 1e300};
+  int best = STRAT_WALK, keep = ts->strategy;
   for (int rep = 0; rep < 3; rep++)
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < STRAT_COUNT; s++) {
+      if ((s == STRAT_LEVELS && !ts->perf) || (s == STRAT_GEMM && !ts->gemm_run)) continue;
+      ts->strategy = s;
       memset(acc, 0, n * p->ntargets * sizeof *acc);
       double t0 = now_us();
-      if (s) ts->levels(ts->perf, x, w, n, acc, p->ntargets);
-      else walk_rows(p, x, 0, n, acc, NULL);
+      if (accumulate(ts, x, 0, n, acc, p->track ? has : NULL) != TPU_OK) continue;
       double dt = (now_us() - t0) / (double)n;
-      best[s] = dt < best[s] ? dt : best[s];
+      us[s] = us[s] < 0 || dt < us[s] ? dt : us[s];
     }
-  free(x), free(acc);
-  *walk_us = best[0];
-  *levels_us = best[1];
-  return best[1] < best[0];
+  ts->strategy = keep;
+  for (int s = 0; s < STRAT_COUNT; s++)
+    if (us[s] >= 0 && us[s] < us[best]) best = s;
+  free(x), free(acc), free(has);
+  return best;
 }
 
 static const char *const post_names[] = {"", ", softmax", ", logistic", ", softmax_zero"};
@@ -246,39 +263,78 @@ static tpu_status_t tree_prepare(tpu__prep_t *pc, tpu__step_t *s) {
   s->release = tree_release;
   const tree_step_t *sh = pc->shared;
   size_t bytes = 0;
-  const char *why = "";
   if (sh && sh->e && sh->e->width == width) { /* validated and copied once per model */
     ts->e = sh->e;
     ts->perf = sh->perf;
+    ts->gemm = sh->gemm;
+    ts->why_levels = sh->why_levels;
+    ts->why_gemm = sh->why_gemm;
   } else {
     tpu_status_t st = tpu__trees_build(pc, width, &ts->owned, &bytes);
     if (st != TPU_OK) return st; /* the program frees params (release, then free) */
     ts->e = ts->owned;
-    ts->perf = build_levels(ts->e, &ts->owned_perf, &why);
+    ts->perf = build_levels(ts->e, &ts->owned_perf, &ts->why_levels);
     if (ts->perf) {
       size_t inner = ((size_t)1 << ts->perf->depth) - 1;
       bytes += ts->e->ntrees * (inner * 8 + (inner + 1) * 4 + 4);
     }
+    size_t gb = 0;
+    if (tpu__tree_gemm_build(pc->engine, ts->e, &ts->owned_gemm, &gb, &ts->why_gemm) == TPU_OK)
+      ts->gemm = ts->owned_gemm;
+    bytes += gb;
   }
   const tpu__trees_t *e = ts->e;
   const struct tpu__vec_kernels *vec = tpu__prep_vec(pc);
   ts->levels = vec->tree_perfect ? vec->tree_perfect : tpu__tree_perfect_ref;
-  /* The strategy: TPUD_TREE_STRATEGY=walk or =levels forces one (where the trees can take
-   * it); otherwise the one measured faster for this bucket's batch. */
+  size_t rows = (size_t)x->dims[0];
+  if (ts->gemm) {
+    size_t pb = 0;
+    tpu_status_t st = tpu__tree_gemm_plan(pc->engine, vec, ts->gemm, rows, &ts->gemm_run, &pb,
+                                          &s->macs, &s->cycles, &s->slots);
+    if (st != TPU_OK)
+      return tpu__prep_fail(pc, st, "planning the trees' path products: %s",
+                            tpu_strerror(st));
+    bytes += pb;
+  }
+  /* The strategy: TPUD_TREE_STRATEGY=walk, =levels or =gemm forces one (where the trees can
+   * take it); otherwise the one measured fastest for this bucket's batch. */
   const char *force = getenv("TPUD_TREE_STRATEGY");
-  double walk_us = 0, levels_us = 0;
-  char how[96];
-  if (!ts->perf) {
-    snprintf(how, sizeof how, "node walk (no level layout: %s)", why[0] ? why : "shared");
-  } else if (force && strcmp(force, "walk") == 0) {
-    snprintf(how, sizeof how, "node walk (TPUD_TREE_STRATEGY)");
-  } else if (force && strcmp(force, "levels") == 0) {
-    ts->use_levels = 1;
-    snprintf(how, sizeof how, "levels, depth %d (TPUD_TREE_STRATEGY)", ts->perf->depth);
-  } else {
-    ts->use_levels = measure(ts, (size_t)x->dims[0], &walk_us, &levels_us);
-    snprintf(how, sizeof how, "%s, depth %d (measured %.2f us/row levels, %.2f node walk)",
-             ts->use_levels ? "levels" : "node walk", ts->perf->depth, levels_us, walk_us);
+  int forced = -1;
+  for (int k = 0; force && k < STRAT_COUNT; k++)
+    if (strcmp(force, k == STRAT_WALK ? "walk" : strat_names[k]) == 0) forced = k;
+  if (forced == STRAT_LEVELS && !ts->perf) forced = -1;
+  if (forced == STRAT_GEMM && !ts->gemm_run) forced = -1;
+  double us[STRAT_COUNT] = {-1, -1, -1};
+  if (forced >= 0) ts->strategy = forced;
+  else if (ts->perf || ts->gemm_run) ts->strategy = measure(ts, rows, us);
+  char how[200];
+  int at = snprintf(how, sizeof how, "%s", strat_names[ts->strategy]);
+  if (ts->strategy == STRAT_LEVELS)
+    at += snprintf(how + at, sizeof how - (size_t)at, ", depth %d", ts->perf->depth);
+  if (ts->strategy == STRAT_GEMM)
+    at += snprintf(how + at, sizeof how - (size_t)at, ", %zu block%s on the engine",
+                   tpu__tree_gemm_blocks(ts->gemm), tpu__tree_gemm_blocks(ts->gemm) > 1 ? "s" : "");
+  if (forced >= 0) {
+    at += snprintf(how + at, sizeof how - (size_t)at, " (TPUD_TREE_STRATEGY)");
+  } else if (ts->perf || ts->gemm_run) {
+    at += snprintf(how + at, sizeof how - (size_t)at, " (measured us/row:");
+    for (int k = 0; k < STRAT_COUNT && at < (int)sizeof how; k++)
+      if (us[k] >= 0)
+        at += snprintf(how + at, sizeof how - (size_t)at, " %s %.2f", k == STRAT_WALK ? "walk"
+                       : strat_names[k], us[k]);
+    if (at < (int)sizeof how) at += snprintf(how + at, sizeof how - (size_t)at, ")");
+  }
+  if (!ts->perf && at < (int)sizeof how)
+    at += snprintf(how + at, sizeof how - (size_t)at, "; no levels: %s", ts->why_levels);
+  if (!ts->gemm && at < (int)sizeof how)
+    snprintf(how + at, sizeof how - (size_t)at, "; no gemm: %s", ts->why_gemm);
+  else if (ts->gemm_run && at < (int)sizeof how) /* the array's cost, run or not */
+    snprintf(how + at, sizeof how - (size_t)at, "; gemm: %llu array cycles a batch",
+             (unsigned long long)s->cycles);
+  if (ts->strategy != STRAT_GEMM) { /* the plans of a strategy this bucket does not run */
+    tpu__tree_gemm_run_free(ts->gemm_run);
+    ts->gemm_run = NULL;
+    s->macs = s->cycles = s->slots = 0;
   }
   if (e->kind != TPU__TREE_CLASSIFIER && (s->nout < 1 || !s->out[0]))
     return tpu__prep_fail(pc, TPU_EINVAL, "output 0 (the scores) is required");
@@ -310,19 +366,6 @@ static tpu_status_t tree_prepare(tpu__prep_t *pc, tpu__step_t *s) {
   return TPU_OK;
 }
 
-/* Which branch a feature value takes at node n: 1 true, 0 false. */
-static inline int branch(const tpu__tnode_t *n, float v) {
-  if (v != v) return n->missing_true;
-  switch (n->mode) {
-  case TPU__TREE_LEQ: return v <= n->split;
-  case TPU__TREE_LT: return v < n->split;
-  case TPU__TREE_GTE: return v >= n->split;
-  case TPU__TREE_GT: return v > n->split;
-  case TPU__TREE_EQ: return v == n->split;
-  default: return v != n->split;
-  }
-}
-
 /* The leaf a row reaches in the tree rooted at `at` (encoded). */
 static inline int32_t leaf_of(const tpu__trees_t *p, int32_t at, const float *row) {
   if (p->all_lt) {
@@ -334,7 +377,7 @@ static inline int32_t leaf_of(const tpu__trees_t *p, int32_t at, const float *ro
   } else {
     while (at >= 0) {
       const tpu__tnode_t *n = &p->nodes[at];
-      at = n->next[branch(n, row[n->feature])];
+      at = n->next[tpu__tree_branch(n, row[n->feature])];
     }
   }
   return ~at;
@@ -346,29 +389,22 @@ static void walk_rows(const tpu__trees_t *p, const float *x, size_t r0, size_t r
                       unsigned char *has) {
   size_t nt = p->ntargets;
   for (size_t t = 0; t < p->ntrees; t++)
-    for (size_t i = r0; i < r1; i++) {
-      int32_t l = leaf_of(p, p->roots[t], x + i * p->width);
-      float *a = acc + (i - r0) * nt;
-      if (p->single) {
-        a[p->etarget[l]] += p->eweight[l];
-        if (has) has[(i - r0) * nt + (size_t)p->etarget[l]] = 1;
-        continue;
-      }
-      for (uint32_t k = p->lfirst[l]; k < p->lfirst[l + 1]; k++) {
-        a[p->etarget[k]] += p->eweight[k];
-        if (has) has[(i - r0) * nt + (size_t)p->etarget[k]] = 1;
-      }
-    }
+    for (size_t i = r0; i < r1; i++)
+      tpu__tree_add_leaf(p, leaf_of(p, p->roots[t], x + i * p->width), acc + (i - r0) * nt,
+                         has ? has + (i - r0) * nt : NULL);
 }
 
 /* Rows r0..r1 by the step's strategy (the same sums either way). */
-static void accumulate(const tree_step_t *ts, const float *x, size_t r0, size_t r1, float *acc,
-                       unsigned char *has) {
+static tpu_status_t accumulate(const tree_step_t *ts, const float *x, size_t r0, size_t r1,
+                              float *acc, unsigned char *has) {
   const tpu__trees_t *p = ts->e;
-  if (ts->use_levels)
+  if (ts->strategy == STRAT_LEVELS)
     ts->levels(ts->perf, x + r0 * p->width, p->width, r1 - r0, acc, p->ntargets);
+  else if (ts->strategy == STRAT_GEMM)
+    return tpu__tree_gemm_rows(p, ts->gemm_run, x + r0 * p->width, r1 - r0, acc, has);
   else
     walk_rows(p, x, r0, r1, acc, has);
+  return TPU_OK;
 }
 
 /* ONNX Runtime's transforms (ml_common.h's ComputeLogistic, ComputeSoftmax[Zero]). */
@@ -411,14 +447,16 @@ static void run_explain(const tree_step_t *ts, const float *x, size_t rows, floa
                   ts->shap_scratch);
 }
 
-static void run_v5(const tree_step_t *ts, const float *x, size_t rows, float *y, float *raw) {
+static tpu_status_t run_v5(const tree_step_t *ts, const float *x, size_t rows, float *y,
+                           float *raw) {
   const tpu__trees_t *p = ts->e;
   size_t nt = p->ntargets;
   for (size_t r0 = 0; r0 < rows; r0 += ROW_BLOCK) {
     size_t r1 = rows - r0 < ROW_BLOCK ? rows : r0 + ROW_BLOCK;
     for (size_t i = r0; i < r1; i++)
       for (size_t k = 0; k < nt; k++) y[i * nt + k] = p->agg == TPU__TREE_SUM ? p->base[k] : 0;
-    accumulate(ts, x, r0, r1, y + r0 * nt, NULL);
+    tpu_status_t st = accumulate(ts, x, r0, r1, y + r0 * nt, NULL);
+    if (st != TPU_OK) return st;
     for (size_t i = r0; i < r1; i++) {
       float *acc = y + i * nt;
       if (p->agg == TPU__TREE_AVERAGE)
@@ -441,16 +479,18 @@ static void run_v5(const tree_step_t *ts, const float *x, size_t rows, float *y,
       }
     }
   }
+  return TPU_OK;
 }
 
 /* TreeEnsembleRegressor: ONNX Runtime's numerics. */
-static void run_regressor(const tree_step_t *ts, const float *x, size_t rows, float *y) {
+static tpu_status_t run_regressor(const tree_step_t *ts, const float *x, size_t rows, float *y) {
   const tpu__trees_t *p = ts->e;
   size_t nt = p->ntargets;
   for (size_t r0 = 0; r0 < rows; r0 += ROW_BLOCK) {
     size_t r1 = rows - r0 < ROW_BLOCK ? rows : r0 + ROW_BLOCK;
     memset(y + r0 * nt, 0, (r1 - r0) * nt * sizeof *y);
-    accumulate(ts, x, r0, r1, y + r0 * nt, NULL);
+    tpu_status_t st = accumulate(ts, x, r0, r1, y + r0 * nt, NULL);
+    if (st != TPU_OK) return st;
     for (size_t i = r0; i < r1; i++) {
       float *a = y + i * nt;
       for (size_t k = 0; k < nt; k++)
@@ -458,18 +498,20 @@ static void run_regressor(const tree_step_t *ts, const float *x, size_t rows, fl
       ort_post(p->post, a, nt);
     }
   }
+  return TPU_OK;
 }
 
 /* TreeEnsembleClassifier: labels into y (may be NULL), scores into z (may be NULL). */
-static void run_classifier(const tree_step_t *ts, const float *x, size_t rows, int64_t *y,
-                           float *z) {
+static tpu_status_t run_classifier(const tree_step_t *ts, const float *x, size_t rows,
+                                   int64_t *y, float *z) {
   const tpu__trees_t *p = ts->e;
   size_t nt = p->ntargets;
   for (size_t r0 = 0; r0 < rows; r0 += ROW_BLOCK) {
     size_t r1 = rows - r0 < ROW_BLOCK ? rows : r0 + ROW_BLOCK;
     memset(ts->acc, 0, (r1 - r0) * nt * sizeof *ts->acc);
     if (p->track) memset(ts->has, 0, (r1 - r0) * nt);
-    accumulate(ts, x, r0, r1, ts->acc, p->track ? ts->has : NULL);
+    tpu_status_t st = accumulate(ts, x, r0, r1, ts->acc, p->track ? ts->has : NULL);
+    if (st != TPU_OK) return st;
     for (size_t i = r0; i < r1; i++) {
       float *a = ts->acc + (i - r0) * nt;
       const unsigned char *h = ts->has + (i - r0) * nt;
@@ -502,25 +544,30 @@ static void run_classifier(const tree_step_t *ts, const float *x, size_t rows, i
       if (z) memcpy(z + i * nt, a, nt * sizeof *a);
     }
   }
+  return TPU_OK;
 }
 
 static tpu_status_t tree_run(tpu__run_ctx_t *rc, tpu__step_t *s) {
-  (void)rc;
   const tree_step_t *ts = s->params;
   const tpu__trees_t *p = ts->e;
   const float *x = s->in[0]->data;
   size_t rows = (size_t)s->in[0]->dims[0];
   void *o0 = s->nout > 0 && s->out[0] ? s->out[0]->data : NULL;
   void *o1 = s->nout > 1 && s->out[1] ? s->out[1]->data : NULL;
+  tpu_status_t st;
   switch (p->kind) {
   case TPU__TREE_V5:
-    run_v5(ts, x, rows, o0, o1);
-    run_explain(ts, x, rows, s->nout > 2 && s->out[2] ? s->out[2]->data : NULL,
-                s->nout > 3 && s->out[3] ? s->out[3]->data : NULL);
+    st = run_v5(ts, x, rows, o0, o1);
+    if (st == TPU_OK)
+      run_explain(ts, x, rows, s->nout > 2 && s->out[2] ? s->out[2]->data : NULL,
+                  s->nout > 3 && s->out[3] ? s->out[3]->data : NULL);
     break;
-  case TPU__TREE_REGRESSOR: run_regressor(ts, x, rows, o0); break;
-  default: run_classifier(ts, x, rows, o0, o1); break;
+  case TPU__TREE_REGRESSOR: st = run_regressor(ts, x, rows, o0); break;
+  default: st = run_classifier(ts, x, rows, o0, o1); break;
   }
+  if (st != TPU_OK)
+    return tpu__run_fail(rc, st, "engine plan of the trees' paths failed: %s",
+                         tpu_strerror(st));
   return TPU_OK;
 }
 

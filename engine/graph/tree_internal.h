@@ -53,6 +53,19 @@ typedef struct {
   uint8_t missing_true; /* a NaN feature takes the true branch */
 } tpu__tnode_t;
 
+/* Which branch a feature value takes at node n: 1 true, 0 false (NaN: the missing branch). */
+static inline int tpu__tree_branch(const tpu__tnode_t *n, float v) {
+  if (v != v) return n->missing_true;
+  switch (n->mode) {
+  case TPU__TREE_LEQ: return v <= n->split;
+  case TPU__TREE_LT: return v < n->split;
+  case TPU__TREE_GTE: return v >= n->split;
+  case TPU__TREE_GT: return v > n->split;
+  case TPU__TREE_EQ: return v == n->split;
+  default: return v != n->split;
+  }
+}
+
 typedef struct {
   int kind, agg, post, cls;
   int all_lt; /* every node is LT without NEQ's NaN rule: XGBoost's fast loop */
@@ -73,6 +86,48 @@ typedef struct {
   const float *ncover, *lcover;
   const int64_t *leaf_ids;
 } tpu__trees_t;
+
+/* Adds leaf l's entries to a row's sums a (ntargets floats); h (may be NULL) gets 1 for each
+ * target an entry was for. Every strategy adds a row's leaves through this, in tree order. */
+static inline void tpu__tree_add_leaf(const tpu__trees_t *p, int32_t l, float *a,
+                                      unsigned char *h) {
+  if (p->single) {
+    a[p->etarget[l]] += p->eweight[l];
+    if (h) h[p->etarget[l]] = 1;
+    return;
+  }
+  for (uint32_t k = p->lfirst[l]; k < p->lfirst[l + 1]; k++) {
+    a[p->etarget[k]] += p->eweight[k];
+    if (h) h[p->etarget[k]] = 1;
+  }
+}
+
+/* The GEMM strategy (tree_gemm.c): the path matrices of the trees packed on the engine, in
+ * blocks of trees that fit one systolic tile, shared by every bucket; and a bucket's plans. */
+typedef struct tpu__tree_gemm tpu__tree_gemm_t;
+typedef struct tpu__tree_gemm_run tpu__tree_gemm_run_t;
+
+#define TPU__TREE_GEMM_ROWS 64 /* rows of one plan run; longer batches go in chunks */
+
+/* Builds p's path matrices on engine into *out (*bytes held); TPU_ENOTSUP with *why when the
+ * trees are too large for the form (a tree of over 65536 branch nodes, over 64 MiB of
+ * matrices, over 8M multiply-adds a row), TPU_ENOMEM, or the engine's error. */
+tpu_status_t tpu__tree_gemm_build(tpu_engine_t *engine, const tpu__trees_t *p,
+                                  tpu__tree_gemm_t **out, size_t *bytes, const char **why);
+void tpu__tree_gemm_free(tpu__tree_gemm_t *g); /* accepts NULL; its plans first */
+size_t tpu__tree_gemm_blocks(const tpu__tree_gemm_t *g);
+/* Plans for batches of `rows` rows (*bytes held), the decisions by vec's tree_decide, and
+ * what one such batch costs the modelled array: MACs, cycles, MAC slots. */
+struct tpu__vec_kernels;
+tpu_status_t tpu__tree_gemm_plan(tpu_engine_t *engine, const struct tpu__vec_kernels *vec,
+                                 const tpu__tree_gemm_t *g, size_t rows,
+                                 tpu__tree_gemm_run_t **out, size_t *bytes, uint64_t *macs,
+                                 uint64_t *cycles, uint64_t *slots);
+void tpu__tree_gemm_run_free(tpu__tree_gemm_run_t *r); /* accepts NULL */
+/* Adds the leaves rows of x reach to acc (and has, may be NULL) as the node walk does, bit for
+ * bit; the engine's error if a plan run fails. One thread at a time per run. */
+tpu_status_t tpu__tree_gemm_rows(const tpu__trees_t *p, tpu__tree_gemm_run_t *r,
+                                 const float *x, size_t rows, float *acc, unsigned char *has);
 
 /* TreeSHAP (tree_shap.c): the exact per-feature contributions of one row, as XGBoost's
  * pred_contribs computes them. */

@@ -147,18 +147,6 @@ typedef struct {
   float *phi; /* this tree's contributions (width + 1) */
 } walk_t;
 
-static int hot_branch(const tpu__tnode_t *n, float v) {
-  if (v != v) return n->missing_true;
-  switch (n->mode) {
-  case TPU__TREE_LEQ: return v <= n->split;
-  case TPU__TREE_LT: return v < n->split;
-  case TPU__TREE_GTE: return v >= n->split;
-  case TPU__TREE_GT: return v > n->split;
-  case TPU__TREE_EQ: return v == n->split;
-  default: return v != n->split;
-  }
-}
-
 static void shap(const walk_t *w, int32_t at, unsigned d, path_t *parent, float pzero,
                  float pone, int32_t pfeature) {
   const tpu__trees_t *p = w->p;
@@ -176,7 +164,7 @@ static void shap(const walk_t *w, int32_t at, unsigned d, path_t *parent, float 
   }
   const tpu__tnode_t *n = &p->nodes[at];
   const int32_t f = n->feature;
-  const int hb = hot_branch(n, w->row[f]);
+  const int hb = tpu__tree_branch(n, w->row[f]);
   const int32_t hot = n->next[hb], cold = n->next[!hb];
   const float c = cover(p, at), hz = cover(p, hot) / c, cz = cover(p, cold) / c;
   float izero = 1, ione = 1;

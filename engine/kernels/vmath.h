@@ -417,5 +417,8 @@ const tpu__vec_kernels_t TPU_VMATH_TABLE = {
 #ifdef TPU_VMATH_TREE
     .tree_perfect = TPU_VMATH_TREE,
 #endif
+#ifdef TPU_VMATH_TREE_DECIDE
+    .tree_decide = TPU_VMATH_TREE_DECIDE,
+#endif
 };
 #endif /* TPU_VMATH_DEFINE_TABLE */

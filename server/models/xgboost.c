@@ -22,6 +22,8 @@
 #include "xgboost.h"
 
 #define MAX_NODES ((size_t)1 << 30) /* nodes (or leaves) of one ensemble */
+#define SHAP_MAX_DEPTH 256 /* deeper trees get no contributions output: the engine's TreeSHAP
+                           * bound (engine/graph/tree_internal.h, TPU__SHAP_MAX_DEPTH) */
 
 typedef struct {
   int64_t *v;
@@ -38,6 +40,7 @@ typedef struct {
   f32v_t split, lweight, ncover, lcover;
   int oom;
   int no_cover; /* some tree lacks a usable sum_hessian: no contributions */
+  int too_deep; /* some tree is deeper than contributions go (SHAP_MAX_DEPTH): none either */
 } ens_t;
 
 /* Appends x to the growable array a (doubling from 256); out of memory sets e->oom. */
@@ -167,7 +170,7 @@ static tpu_status_t add_tree(ens_t *e, json_t *t, size_t ti, int64_t g, int64_t 
       FAIL(TPU_ENOTSUP, "tree %zu node %zu: a categorical split (split_type %lld); tpud serves "
            "numerical splits only", ti, i, (long long)v);
   }
-  if (!(id = malloc(n * sizeof *id)) || !(queue = malloc(n * sizeof *queue)))
+  if (!(id = malloc(n * sizeof *id)) || !(queue = malloc(2 * n * sizeof *queue)))
     FAIL(TPU_ENOMEM, "tree %zu: out of memory", ti);
   /* sum_hessian: each node's training cover, which contributions (TreeSHAP) weigh paths by */
   json_t *hess = json_object_get(t, "sum_hessian");
@@ -208,9 +211,11 @@ static tpu_status_t add_tree(ens_t *e, json_t *t, size_t ti, int64_t g, int64_t 
   }
   size_t head = 0, tail = 0;
   id[0] = (int64_t)base_node;
+  queue[n] = 1; /* queue[n + i]: the depth of queue[i] (levels of branch nodes) */
   queue[tail++] = 0;
   while (head < tail) {
-    size_t k = queue[head++];
+    size_t depth = queue[n + head], k = queue[head++];
+    if (depth > SHAP_MAX_DEPTH) e->too_deep = 1;
     int64_t ch[2], feat, dl;
     float split;
     if (!elem_int(a[0], k, &ch[0]) || !elem_int(a[1], k, &ch[1]) ||
@@ -253,6 +258,7 @@ static tpu_status_t add_tree(ens_t *e, json_t *t, size_t ti, int64_t g, int64_t 
         pushf(e, &e->lcover, cov_);
       } else {
         out[b] = (int64_t)(base_node + tail);
+        queue[n + tail] = depth + 1;
         queue[tail++] = (size_t)c;
       }
       id[c] = out[b];
@@ -392,13 +398,14 @@ tpu_status_t tpu_xgboost_to_graph(const char *json, size_t len, const char *inpu
   /* The node's outputs: the prediction, the margin, and on request each tree's leaf and (with
    * covers) the contributions; the graph's add multi:softmax's label after the margin. */
   const char *nouts_[4] = {y, "margin", "leaf_index", "contributions"};
-  size_t nnode_out = e.no_cover ? 3 : 4;
+  int contrib = !e.no_cover && !e.too_deep;
+  size_t nnode_out = contrib ? 4 : 3;
   const char *outs[5] = {y, "margin"};
   size_t nouts = 2;
   int with_label = obj->multi && strcmp(objn, "multi:softmax") == 0;
   if (with_label) outs[nouts++] = "label";
   outs[nouts++] = "leaf_index";
-  if (!e.no_cover) outs[nouts++] = "contributions";
+  if (contrib) outs[nouts++] = "contributions";
   size_t node;
   if (tpu_graph_add_tensor(g, input_name, TPU_GRAPH_FP32, 2, dims) != TPU_OK ||
       tpu_graph_add_node(g, "trees", "TreeEnsemble", "ai.onnx.ml", 5, 1, &input_name,
@@ -458,7 +465,7 @@ tpu_status_t tpu_xgboost_to_graph(const char *json, size_t len, const char *inpu
   if (tpu_graph_set_inputs(g, 1, &input_name) != TPU_OK ||
       tpu_graph_set_outputs(g, nouts, outs) != TPU_OK ||
       tpu_graph_set_on_request(g, "leaf_index") != TPU_OK ||
-      (!e.no_cover && tpu_graph_set_on_request(g, "contributions") != TPU_OK) ||
+      (contrib && tpu_graph_set_on_request(g, "contributions") != TPU_OK) ||
       tpu_graph_validate(g) != TPU_OK) {
     rc = graph_fail(g, err, errlen);
     goto done;

@@ -291,10 +291,11 @@ static void test_random_against_reference(void) {
   }
 }
 
-/* The two strategies (ops_tree.c: the node walk and the level-by-level layout, scalar or
- * AVX-512 16 trees at a time) give the same bits: ensembles of 16+ trees with a tail, all-<
- * (XGBoost) and all-<= (scikit-learn) modes, NaN and ±Inf rows, several batch sizes; the
- * program says which it runs. */
+/* The three strategies (ops_tree.c: the node walk, the level-by-level layout, scalar or
+ * AVX-512 16 trees at a time, and tree_gemm.c's path products on the engine) give the same
+ * bits: ensembles of 16+ trees with a tail, all-< (XGBoost) and all-<= (scikit-learn) modes,
+ * NaN and ±Inf rows, several batch sizes (one plan chunk and several); the program says which
+ * it runs. */
 static void test_strategies_agree(void) {
   for (int round = 0; round < 8; round++) {
     ens_t e;
@@ -305,7 +306,7 @@ static void test_strategies_agree(void) {
     if (round % 4 >= 2)
       for (size_t n = 0; n < e.nn; n++) e.modes[n] = 0; /* BRANCH_LEQ */
     size_t rows = round < 4 ? 37 : 150;
-    float x[150 * 9], y[2][150 * 3], raw[2][150 * 3];
+    float x[150 * 9], y[3][150 * 3], raw[3][150 * 3];
     for (size_t i = 0; i < rows * (size_t)width; i++) {
       long k = tpu_test_rand_range(0, 19);
       x[i] = k == 0 ? NAN : k == 1 ? INFINITY : k == 2 ? -INFINITY
@@ -314,39 +315,62 @@ static void test_strategies_agree(void) {
     }
     e.post = ntargets > 1 ? 1 : 2;
     tpu_graph_t *g = build(&e, width);
-    const char *names[2] = {"walk", "levels"};
-    for (int k = 0; k < 2; k++) {
+    const char *names[3] = {"walk", "levels", "gemm"};
+    const char *says[3] = {"node walk", "levels, depth", "gemm, "};
+    for (int k = 0; k < 3; k++) {
       setenv("TPUD_TREE_STRATEGY", names[k], 1);
       tpu_graph_program_t *p = NULL;
       CU_ASSERT_FATAL(tpu_graph_compile(g, tg_engine(), (int64_t)rows, NULL, &p) == TPU_OK);
       char d[1024];
       tpu_graph_program_describe(p, d, sizeof d);
-      CU_ASSERT_PTR_NOT_NULL(strstr(d, k ? "levels, depth" : "node walk"));
+      CU_ASSERT_PTR_NOT_NULL(strstr(d, says[k]));
       const void *ins[1] = {x};
       void *outs[2] = {y[k], raw[k]};
       CU_ASSERT_FATAL(tpu_graph_program_run(p, ins, outs) == TPU_OK);
       tpu_graph_program_free(p);
     }
     unsetenv("TPUD_TREE_STRATEGY");
-    TPU_ASSERT_SEED(memcmp(raw[0], raw[1], rows * ntargets * sizeof(float)) == 0);
-    TPU_ASSERT_SEED(memcmp(y[0], y[1], rows * ntargets * sizeof(float)) == 0);
+    for (int k = 1; k < 3; k++) {
+      TPU_ASSERT_SEED(memcmp(raw[0], raw[k], rows * ntargets * sizeof(float)) == 0);
+      TPU_ASSERT_SEED(memcmp(y[0], y[k], rows * ntargets * sizeof(float)) == 0);
+    }
     float want[150 * 3];
     reference(&e, x, rows, width, want);
     TPU_ASSERT_SEED(memcmp(raw[1], want, rows * ntargets * sizeof(float)) == 0);
     tpu_graph_free(g);
   }
-  /* Equality modes have no level layout: the walk, and the program says why. */
-  ens_t e;
-  random_ens(&e, 20, 3, 4, 1, 1);
-  for (size_t n = 0; n < e.nn; n++) e.modes[n] = 4;
-  tpu_graph_t *g = build(&e, 4);
-  tpu_graph_program_t *p = NULL;
-  CU_ASSERT_FATAL(tpu_graph_compile(g, tg_engine(), 8, NULL, &p) == TPU_OK);
-  char d[1024];
-  tpu_graph_program_describe(p, d, sizeof d);
-  CU_ASSERT_PTR_NOT_NULL(strstr(d, "node walk (no level layout: mixed or equality branch modes)"));
-  tpu_graph_program_free(p);
-  tpu_graph_free(g);
+  /* Equality and mixed modes have no level layout (the program says why), but the path
+   * products take any mode: the same bits as the reference, NaN and ±Inf included. */
+  for (int round = 0; round < 2; round++) {
+    ens_t e;
+    random_ens(&e, 20, 3, 4, 2, 1);
+    if (round == 0)
+      for (size_t n = 0; n < e.nn; n++) e.modes[n] = 4;
+    tpu_graph_t *g = build(&e, 4);
+    float x[70 * 4], y[70 * 2], raw[70 * 2], want[70 * 2];
+    for (size_t i = 0; i < 70 * 4; i++) {
+      long k = tpu_test_rand_range(0, 9);
+      x[i] = k == 0 ? NAN : k == 1 ? -INFINITY : k < 6 ? e.split[tpu_test_rand_range(0, (long)e.nn - 1)]
+                                               : tpu_test_rand_float(-1.5f, 1.5f);
+    }
+    reference(&e, x, 70, 4, want);
+    for (int k = 0; k < 2; k++) {
+      if (k) setenv("TPUD_TREE_STRATEGY", "gemm", 1);
+      tpu_graph_program_t *p = NULL;
+      CU_ASSERT_FATAL(tpu_graph_compile(g, tg_engine(), 70, NULL, &p) == TPU_OK);
+      char d[1024];
+      tpu_graph_program_describe(p, d, sizeof d);
+      CU_ASSERT_PTR_NOT_NULL(strstr(d, "no levels: mixed or equality branch modes"));
+      if (k) CU_ASSERT_PTR_NOT_NULL(strstr(d, " on the engine (TPUD_TREE_STRATEGY)"));
+      const void *ins[1] = {x};
+      void *outs[2] = {y, raw};
+      CU_ASSERT_FATAL(tpu_graph_program_run(p, ins, outs) == TPU_OK);
+      TPU_ASSERT_SEED(memcmp(raw, want, sizeof want) == 0);
+      tpu_graph_program_free(p);
+    }
+    unsetenv("TPUD_TREE_STRATEGY");
+    tpu_graph_free(g);
+  }
 }
 
 /* A program compiled with opts.share reuses the validated ensemble of the one it shares with

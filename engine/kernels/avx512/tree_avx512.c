@@ -9,6 +9,8 @@
  * and step each lane to child 2i+1 or 2i+2. The 16 leaf values are then added to the row's
  * sums one tree after another, so every target's sum is taken in tree order, as the exact
  * traversal does; trees beyond a multiple of 16 go through the portable loop.
+ * The GEMM strategy's decisions take 16 branch nodes a vector the same way: gather the row's
+ * values at the nodes' features, compare, NaN through the default bit, narrow to bytes.
  */
 #include <immintrin.h>
 
@@ -58,5 +60,22 @@ void tpu__tree_perfect_avx512(const tpu__tree_perfect_t *p, const float *x, size
       rest.target = p->target + full;
       tpu__tree_perfect_ref(&rest, row, width, 1, a, nt);
     }
+  }
+}
+
+void tpu__tree_decide_avx512(const int32_t *feat, const float *thr, size_t n, int leq,
+                             const float *row, int8_t *out) {
+  const __m512i low31 = _mm512_set1_epi32(0x7fffffff), one = _mm512_set1_epi32(1);
+  size_t j = 0;
+  for (; j < n; j += 16) {
+    __mmask16 m = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+    __m512i fe = _mm512_maskz_loadu_epi32(m, feat + j);
+    __m512 th = _mm512_maskz_loadu_ps(m, thr + j);
+    __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m,
+                                        _mm512_and_si512(fe, low31), row, 4);
+    __mmask16 go = leq ? _mm512_cmp_ps_mask(v, th, _CMP_LE_OQ)
+                       : _mm512_cmp_ps_mask(v, th, _CMP_LT_OQ);
+    go = (__mmask16)(go | (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) & _mm512_movepi32_mask(fe)));
+    _mm_mask_storeu_epi8(out + j, m, _mm512_cvtepi32_epi8(_mm512_maskz_mov_epi32(go, one)));
   }
 }

@@ -9,4 +9,5 @@
 #define TPU_VMATH_DEFINE_TABLE
 #include "tpu_kernels.h"
 #define TPU_VMATH_TREE tpu__tree_perfect_avx512 /* tree_avx512.c */
+#define TPU_VMATH_TREE_DECIDE tpu__tree_decide_avx512
 #include "../vmath.h"

@@ -1,7 +1,8 @@
 /*
  * tree_ref.c - the portable level-by-level traversal of a padded tree ensemble (see
- * tpu__tree_perfect_t in tpu_kernels.h). Branch-free per level: the child index is computed,
- * not branched on, so the loop's cost does not depend on the path a row takes.
+ * tpu__tree_perfect_t in tpu_kernels.h), and the GEMM strategy's decisions. Branch-free: the
+ * child index and the decision are computed, not branched on, so the cost does not depend on
+ * the path a row takes.
  */
 #include "tpu_kernels.h"
 
@@ -23,5 +24,14 @@ void tpu__tree_perfect_ref(const tpu__tree_perfect_t *p, const float *x, size_t 
       }
       a[p->target[t]] += p->lval[t * (inner + 1) + (i - inner)];
     }
+  }
+}
+
+void tpu__tree_decide_ref(const int32_t *feat, const float *thr, size_t n, int leq,
+                          const float *row, int8_t *out) {
+  for (size_t j = 0; j < n; j++) {
+    float v = row[feat[j] & 0x7fffffff];
+    int go = leq ? v <= thr[j] : v < thr[j]; /* false for NaN */
+    out[j] = (int8_t)(go | ((v != v) & (feat[j] < 0)));
   }
 }

@@ -69,4 +69,5 @@ const tpu__vec_kernels_t tpu__vec_ref = {
     .acc_f64 = acc_f64_ref,
     .layernorm = layernorm_ref,
     .tree_perfect = tpu__tree_perfect_ref,
+    .tree_decide = tpu__tree_decide_ref,
 };

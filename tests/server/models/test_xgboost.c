@@ -218,6 +218,65 @@ static void test_graph_shape(void) {
   tpu_graph_free(g);
 }
 
+/* A tree deeper than TreeSHAP's bound (256 levels) still loads and predicts: the model simply
+ * has no contributions output (leaf indices stay). The chain splits feature 0 at 0, 1, ...,
+ * 299 (x < i goes left to a leaf worth i), so x = 299.5 walks all 300 levels. */
+static void test_deep_tree_drops_contributions(void) {
+  json_t *j = fixture("fraud_d6");
+  json_t *t = tree(j, 0);
+  const char *arrs[] = {"left_children", "right_children", "split_indices", "split_conditions",
+                        "default_left", "sum_hessian"};
+  json_t *a[6];
+  for (int k = 0; k < 6; k++) {
+    a[k] = json_array();
+    json_object_set_new(t, arrs[k], a[k]);
+  }
+  json_object_del(t, "split_type");
+  for (int i = 0; i <= 600; i++) {
+    int branch = i % 2 == 0 && i < 600;
+    json_array_append_new(a[0], json_integer(branch ? i + 1 : -1));
+    json_array_append_new(a[1], json_integer(branch ? i + 2 : -1));
+    json_array_append_new(a[2], json_integer(0));
+    json_array_append_new(a[3], json_real(branch ? i / 2 : i / 2 + (i == 600)));
+    json_array_append_new(a[4], json_integer(0));
+    json_array_append_new(a[5], json_real(601 - i));
+  }
+  json_object_set_new(json_object_get(t, "tree_param"), "num_nodes", json_string("601"));
+  char err[512] = "";
+  tpu_graph_t *g = NULL;
+  CU_ASSERT_EQUAL_FATAL(convert(j, &g, err, sizeof err), TPU_OK);
+  CU_ASSERT_EQUAL(tpu_graph_output_count(g), 3); /* probabilities, margin, leaf_index */
+  tpu_graph_tensor_info_t ti;
+  for (size_t o = 0; o < tpu_graph_output_count(g); o++) {
+    tpu_graph_tensor(g, (size_t)tpu_graph_output(g, o), &ti);
+    CU_ASSERT_STRING_NOT_EQUAL(ti.name, "contributions");
+  }
+  tpu_engine_t *eng = NULL;
+  CU_ASSERT_FATAL(tpu_engine_create(NULL, &eng) == TPU_OK);
+  tpu_graph_program_t *p = NULL;
+  CU_ASSERT_FATAL(tpu_graph_compile(g, eng, 2, NULL, &p) == TPU_OK);
+  tpu_graph_tensor(g, (size_t)tpu_graph_input(g, 0), &ti);
+  size_t w = (size_t)ti.dims[1];
+  tpu_graph_tensor(g, (size_t)tpu_graph_output(g, 2), &ti);
+  size_t nt = (size_t)ti.dims[1];
+  float *x = calloc(2 * w, sizeof *x), prob[2], margin[2], *leaf = calloc(2 * nt, sizeof *leaf);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(x);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(leaf);
+  x[0] = 299.5f; /* the deepest leaf: node 600 */
+  x[w] = -1.0f;  /* the first: node 1 */
+  const void *ins[1] = {x};
+  void *outs[3] = {prob, margin, leaf};
+  CU_ASSERT_FATAL(tpu_graph_program_run(p, ins, outs) == TPU_OK);
+  CU_ASSERT_EQUAL(leaf[0], 600.0f);
+  CU_ASSERT_EQUAL(leaf[nt], 1.0f);
+  CU_ASSERT(margin[0] - margin[1] > 290.0f); /* leaf 300 against leaf 0, the rest alike */
+  free(x);
+  free(leaf);
+  tpu_graph_program_free(p);
+  tpu_engine_free(eng);
+  tpu_graph_free(g);
+}
+
 /* Converting j must fail with st and a message containing want. */
 static void refused(json_t *j, tpu_status_t st, const char *want) {
   char err[512] = "";
@@ -413,5 +472,6 @@ TPU_TEST_SUITE(xgboost,
                 test_leaves_and_contributions_match_library},
                {"logistic_saturates_as_library", test_logistic_saturates_as_library},
                {"graph_shape", test_graph_shape},
+               {"deep_tree_drops_contributions", test_deep_tree_drops_contributions},
                {"malformed", test_malformed},
                {"config_format", test_config_format})
