@@ -19,6 +19,9 @@
 #   3. with python3-xgboost: larger boosters trained here (depth 3 x 50 trees binary with NaN,
 #      depth 6 x 100 rounds of 3-class softprob = 300 trees, depth 10 x 500 trees regression),
 #      10,000 fresh rows each against inplace_predict, every bucket's strategy as tpud chose it.
+#   4. a second tpud with TPUD_TREE_STRATEGY=gemm (the path products on the engine's INT8
+#      plans): every fixture's reference rows over every protocol again, and /v2/debug/models
+#      saying each bucket runs it.
 # $1 = build directory, $2 = source directory.
 set -u
 BUILD=$(cd "$1" && pwd)
@@ -199,7 +202,7 @@ if [ -n "$BIG" ]; then
     "127.0.0.1:$NPORT" --gen "$GEN" --tpuctl "$TPUCTL" --data "$REPO" --src "$SRC" \
     --models "$BIG" || FAIL=1
   code=$(curl -s -o "$WORK/debug.json" -w '%{http_code}' "http://127.0.0.1:$HPORT/v2/debug/models")
-  n=$(grep -o 'exact, \(levels\|node walk\)' "$WORK/debug.json" | sort | uniq -c | tr '\n' ' ')
+  n=$(grep -o 'exact, \(levels\|node walk\|gemm\)' "$WORK/debug.json" | sort | uniq -c | tr '\n' ' ')
   [ "$code" = 200 ] && [ -n "$n" ] && ok "/v2/debug/models reports each bucket's strategy: $n" ||
     fail "/v2/debug/models: HTTP $code, no strategy in it"
 else
@@ -211,6 +214,40 @@ wait "$PID"
 rc=$?
 PID=
 [ $rc = 0 ] || fail "tpud exited $rc after SIGTERM: $(tail -5 "$LOG")"
+grep -E "AddressSanitizer|runtime error|Segmentation|assert" "$LOG" && fail "tpud log: see above"
+
+echo "-- 4. the GEMM strategy forced: the fixtures' reference rows again ($((SECONDS - T0)) s)"
+REPO4=$WORK/repo4
+mkdir -p "$REPO4"
+for d in "$DATA"/*/ "$SKDATA"/*/; do [ "$(basename "$d")" = malformed ] || cp -r "$d" "$REPO4/"; done
+LOG=$WORK/tpud4.log
+TPUD_TREE_STRATEGY=gemm "$TPUD" --models "$REPO4" --port 0 --http-port 0 --poll-seconds 0 \
+  2>"$LOG" &
+PID=$!
+tpud_ports "$LOG" $PID || exit 1
+n=$(grep -c "ready in .*reference check passed: 1000 rows" "$LOG")
+[ "$n" = 10 ] && ok "gemm: the ten fixtures ready with the reference check passed" ||
+  fail "gemm: $n ready lines: $(grep -E "ready|failed" "$LOG")"
+for kind in xgboost sklearn; do
+  $PY "$HELPER" serve --kind $kind --http "http://127.0.0.1:$HPORT" --target \
+    "127.0.0.1:$NPORT" --gen "$GEN" --tpuctl "$TPUCTL" --data "$SRC/tests/data/$kind" \
+    --src "$SRC" || FAIL=1
+done
+curl -s -o "$WORK/debug4.json" "http://127.0.0.1:$HPORT/v2/debug/models"
+n=$(grep -o 'exact, [a-z ]*' "$WORK/debug4.json" | sort | uniq -c | tr '\n' ' ')
+case "$n" in
+*"exact, gemm"*) case "$n" in *walk*|*levels*) fail "gemm forced, yet: $n" ;;
+                 *) ok "/v2/debug/models: every bucket runs the GEMM strategy: $n" ;; esac ;;
+*) fail "gemm forced, /v2/debug/models says: $n" ;;
+esac
+grep -q '"sim_cycles": *[1-9]' "$WORK/debug4.json" &&
+  ok "gemm: the buckets report the systolic array's cycles" ||
+  fail "gemm: no systolic cycles in /v2/debug/models"
+kill -TERM "$PID" 2>/dev/null
+wait "$PID"
+rc=$?
+PID=
+[ $rc = 0 ] || fail "tpud (gemm) exited $rc after SIGTERM: $(tail -5 "$LOG")"
 grep -E "AddressSanitizer|runtime error|Segmentation|assert" "$LOG" && fail "tpud log: see above"
 
 echo "test_trees: $((SECONDS - T0)) s"
