@@ -33,15 +33,7 @@ tpu_status_t tpu__quantize_row(const float *x, size_t cols, int8_t *q, float *sc
     if (!(a <= 3.40282347e38f)) return TPU_ERANGE; /* Inf or NaN */
     if (a > amax) amax = a;
   }
-  float s = amax / 127.0f;
-  if (amax == 0.0f) {
-    s = 1.0f;
-  } else {
-    /* For subnormal rows amax/127 may round down (or to 0) so far that amax/s rounds past 127
-     * and the largest element would be clipped; step up to the next representable scale. For
-     * normal amax, amax/s is 127 within a few ulps and this is never taken. */
-    while (s == 0.0f || amax / s >= 127.5f) s = nextafterf(s, INFINITY);
-  }
+  float s = tpu__quant_scale(amax);
   for (size_t c = 0; c < cols; c++) q[c] = tpu__sat_i8(x[c] / s);
   *scale = s;
   return TPU_OK;

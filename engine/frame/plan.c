@@ -279,8 +279,15 @@ tpu_status_t tpu_plan_run(tpu_plan_t *p, const void *a, const float *a_scales, v
     if (compute == TPU_DTYPE_BF16) {
       tpu_bf16_from_fp32_n(p->a_conv, a, m * k);
     } else { /* INT8 */
-      tpu_status_t st = tpu_quantize_rows(a, m, k, p->a_conv, p->a_scales);
-      if (st != TPU_OK) return st;
+      /* per row, by the kernel set's vector quantizer (the reference's bits) */
+      tpu_status_t (*qrow)(const float *, size_t, int8_t *, float *) =
+          p->engine->ks->vec->quantize_row ? p->engine->ks->vec->quantize_row
+                                           : tpu__quantize_row;
+      for (size_t i = 0; i < m; i++) {
+        tpu_status_t st = qrow((const float *)a + i * k, k, (int8_t *)p->a_conv + i * k,
+                               &p->a_scales[i]);
+        if (st != TPU_OK) return st;
+      }
       p->args.a_scales = p->a_scales;
     }
     p->args.a = p->a_conv;

@@ -112,8 +112,6 @@ tpu_status_t tpu__weights_pack(tpu_engine_t *engine, const tpu_weights_desc_t *d
 tpu_status_t tpu__check_dims(size_t m, size_t k, size_t n);
 /* posix_memalign to TPU__KERNEL_ALIGN; NULL for size 0 or failure. Free with free(). */
 void *tpu__aligned_alloc(size_t size);
-/* Quantizes one row (tpu_quantize_rows without the argument checks). */
-tpu_status_t tpu__quantize_row(const float *x, size_t cols, int8_t *q, float *scale);
 /* 1 when x is finite and > 0. */
 static inline int tpu__positive_finite(float x) { return x > 0.0f && x <= 3.40282347e38f; }
 

@@ -207,6 +207,10 @@ typedef struct tpu__vec_kernels {
    * else 0. NULL: the portable loop (tpu__tree_decide_ref). */
   void (*tree_decide)(const int32_t *feat, const float *thr, size_t n, int leq,
                       const float *row, int8_t *out);
+  /* One row's symmetric INT8 quantization, bit for bit tpu__quantize_row's (the reference,
+   * engine/frame/convert.c): *scale = tpu__quant_scale(max |x|), q = sat_i8(x / scale);
+   * TPU_ERANGE (nothing written) for a NaN or ±Inf element. The plans' INT8 prologue. */
+  tpu_status_t (*quantize_row)(const float *x, size_t cols, int8_t *q, float *scale);
 } tpu__vec_kernels_t;
 
 /* The portable level-by-level traversal (engine/kernels/ref/tree_ref.c). */
@@ -308,6 +312,21 @@ static inline int8_t tpu__sat_i8(float x) {
   if (!(x < 127.0f)) return 127;
   return (int8_t)tpu__round_half_even(x);
 }
+
+/* The scale of a row whose largest magnitude is amax (finite): amax / 127, or 1 for a zero
+ * row. For subnormal rows amax / 127 may round down (or to 0) so far that amax / s rounds past
+ * 127 and the largest element would be clipped: step up to the next representable scale (for
+ * normal amax, amax / s is 127 within a few ulps and this is never taken). */
+static inline float tpu__quant_scale(float amax) {
+  if (amax == 0.0f) return 1.0f;
+  float s = amax / 127.0f;
+  while (s == 0.0f || amax / s >= 127.5f) s = nextafterf(s, INFINITY);
+  return s;
+}
+
+/* Quantizes one row (tpu_quantize_rows without the argument checks): the reference
+ * (engine/frame/convert.c) every set's quantize_row equals. */
+tpu_status_t tpu__quantize_row(const float *x, size_t cols, int8_t *q, float *scale);
 
 /* INT8 output: clamp(rne(y / out_scale), -127, 127). Division, not a reciprocal product, so the
  * result is exactly what the epilogue contract says. */

@@ -408,6 +408,30 @@ static void vlayernorm(const float *x, size_t n, const float *scale, const float
   if (inv_out) *inv_out = inv;
 }
 
+/* tpu__quantize_row, a vector at a time: the largest magnitude (with a flag for NaN and ±Inf,
+ * which max alone would drop), the same scale, then x / s rounded half to even and clamped.
+ * Division, RNE and the clamp are exact, so every element is the reference's. */
+static tpu_status_t vquantize_row(const float *x, size_t cols, int8_t *q, float *scale) {
+  const vf zero = vm_set1(0.0f), one = vm_set1(1.0f), big = vm_set1(3.40282347e38f);
+  vf amax = zero, bad = zero;
+  for (size_t c = 0; c < cols; c += VM_W) {
+    vf a = vm_abs(c + VM_W <= cols ? vm_loadu(x + c) : vm_loadn(x + c, cols - c, 0.0f));
+    vmask fin = vm_le(a, big); /* false for NaN and ±Inf */
+    amax = vm_max(amax, vm_sel(fin, a, zero));
+    bad = vm_max(bad, vm_sel(fin, zero, one));
+  }
+  if (vm_hmax(bad) > 0.0f) return TPU_ERANGE;
+  float s = tpu__quant_scale(vm_hmax(amax));
+  const vf sv = vm_set1(s), lo = vm_set1(-127.0f), hi = vm_set1(127.0f);
+  for (size_t c = 0; c < cols; c += VM_W) {
+    size_t n = cols - c < VM_W ? cols - c : VM_W;
+    vf v = n == VM_W ? vm_loadu(x + c) : vm_loadn(x + c, n, 0.0f);
+    vm_store_i8n(q + c, vm_min(vm_max(vm_round(vm_div(v, sv)), lo), hi), n);
+  }
+  *scale = s;
+  return TPU_OK;
+}
+
 const tpu__vec_kernels_t TPU_VMATH_TABLE = {
     .name = TPU_VMATH_NAME,
     .map = vmap,
@@ -420,5 +444,6 @@ const tpu__vec_kernels_t TPU_VMATH_TABLE = {
 #ifdef TPU_VMATH_TREE_DECIDE
     .tree_decide = TPU_VMATH_TREE_DECIDE,
 #endif
+    .quantize_row = vquantize_row,
 };
 #endif /* TPU_VMATH_DEFINE_TABLE */

@@ -327,6 +327,50 @@ static void test_rows(void) {
   }
 }
 
+/* Each set's INT8 row quantizer (the plans' prologue) equals the reference bit for bit: scales
+ * and every byte, over lengths 1..70 and longer rows, rows with exact ties (x / s = k + 0.5),
+ * a largest element negative, zero rows, subnormal rows (the scale's step-up), values at ±127
+ * after rounding; a NaN or ±Inf anywhere (also in a tail) is TPU_ERANGE from every set, with
+ * nothing written. */
+static void test_quantize_row(void) {
+  const tpu__kernel_set_t *ks[MAX_SETS];
+  size_t nks = sets(ks);
+  enum { N = 300 };
+  float x[N];
+  int8_t q0[N + 16], q1[N + 16];
+  for (size_t s = 0; s < nks; s++) {
+    size_t bad = 0;
+    for (int round = 0; round < 400; round++) {
+      size_t n = round < 140 ? (size_t)round % 70 + 1 : (size_t)tpu_test_rand_range(71, N);
+      int kind = round % 5;
+      float amp = kind == 3 ? 1e-40f : tpu_test_rand_float(0.01f, 1000.0f);
+      for (size_t i = 0; i < n; i++) {
+        x[i] = tpu_test_rand_float(-1.0f, 1.0f) * amp;
+        if (kind == 1 && i % 4 == 1) x[i] = x[0] / 127.0f * ((float)(i % 50) + 0.5f); /* ties */
+        if (kind == 2) x[i] = 0.0f;
+      }
+      if (kind == 4) x[n - 1] = -2.0f * amp; /* the largest magnitude negative, in the tail */
+      float s0 = -1, s1 = -2;
+      memset(q0, 0x55, sizeof q0);
+      memset(q1, 0x55, sizeof q1);
+      tpu_status_t st0 = tpu__quantize_row(x, n, q0, &s0);
+      tpu_status_t st1 = ks[s]->vec->quantize_row(x, n, q1, &s1);
+      bad += st0 != TPU_OK || st1 != TPU_OK || memcmp(&s0, &s1, sizeof s0) != 0 ||
+             memcmp(q0, q1, sizeof q0) != 0; /* nothing past n either */
+      if (round % 7 == 0) { /* one non-finite element */
+        static const float nf[3] = {NAN, INFINITY, -INFINITY};
+        x[(size_t)round % n] = nf[round % 3];
+        memset(q1, 0x55, sizeof q1);
+        s1 = -2;
+        st1 = ks[s]->vec->quantize_row(x, n, q1, &s1);
+        bad += st1 != TPU_ERANGE || s1 != -2 || q1[0] != 0x55;
+      }
+    }
+    if (bad) printf("\n  %s quantize_row: %zu mismatches\n", ks[s]->name, bad);
+    TPU_ASSERT_SEED(bad == 0);
+  }
+}
+
 TPU_TEST_SUITE(engine_vmath,
                {"accuracy", test_accuracy},
                {"worst_inputs", test_worst_inputs},
@@ -335,4 +379,5 @@ TPU_TEST_SUITE(engine_vmath,
                {"isas_agree", test_isas_agree},
                {"epilogue_is_map", test_epilogue_is_map},
                {"softmax", test_softmax},
-               {"rows", test_rows})
+               {"rows", test_rows},
+               {"quantize_row", test_quantize_row})

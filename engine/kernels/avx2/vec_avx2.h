@@ -78,6 +78,19 @@ VM_INLINE float vm_hmax(vf a) {
   m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
   return _mm_cvtss_f32(m);
 }
+/* The first cnt lanes of v (integer-valued, within int8) as int8. */
+VM_INLINE void vm_store_i8n(int8_t *p, vf v, size_t cnt) {
+  __m128i lo = _mm256_castsi256_si128(_mm256_cvtps_epi32(v));
+  __m128i hi = _mm256_extracti128_si256(_mm256_cvtps_epi32(v), 1);
+  __m128i b = _mm_packs_epi16(_mm_packs_epi32(lo, hi), _mm_setzero_si128());
+  if (cnt >= 8) {
+    _mm_storel_epi64((__m128i *)(void *)p, b);
+  } else {
+    int8_t t[16];
+    _mm_storeu_si128((__m128i *)(void *)t, b);
+    memcpy(p, t, cnt);
+  }
+}
 
 VM_INLINE vd vd_zero(void) { return _mm256_setzero_pd(); }
 VM_INLINE vd vd_set1(double x) { return _mm256_set1_pd(x); }

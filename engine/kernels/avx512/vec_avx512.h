@@ -65,6 +65,10 @@ VM_INLINE void vm_scatter(float *p, size_t stride, vf v, size_t cnt) {
   _mm512_mask_i32scatter_ps(p, vm_first(cnt), vm_lanes_by(stride), v, 4);
 }
 VM_INLINE float vm_hmax(vf a) { return _mm512_reduce_max_ps(a); }
+/* The first cnt lanes of v (integer-valued, within int8) as int8. */
+VM_INLINE void vm_store_i8n(int8_t *p, vf v, size_t cnt) {
+  _mm512_mask_cvtepi32_storeu_epi8(p, vm_first(cnt), _mm512_cvtps_epi32(v));
+}
 
 VM_INLINE vd vd_zero(void) { return _mm512_setzero_pd(); }
 VM_INLINE vd vd_set1(double x) { return _mm512_set1_pd(x); }

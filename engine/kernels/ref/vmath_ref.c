@@ -70,4 +70,5 @@ const tpu__vec_kernels_t tpu__vec_ref = {
     .layernorm = layernorm_ref,
     .tree_perfect = tpu__tree_perfect_ref,
     .tree_decide = tpu__tree_decide_ref,
+    .quantize_row = tpu__quantize_row,
 };
