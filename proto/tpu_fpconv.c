@@ -455,7 +455,12 @@ format_dec(uint64_t m, int e, int asym, int neg, int narrow, int D, int pmin, in
     Nhi *= 10;
     x--;
   }
-  /* Every precision at once (no branches to mispredict), then the first that reads back. */
+  /* Every precision at once (no branches to mispredict), then the first that reads back.
+   * C, the rounded value scaled as N0, reads back when it lies above the true lower midpoint
+   * Nlo + fraction (or on it, when it has none and v's mantissa is even) and below the upper
+   * one (or on it, when it has a fraction or the mantissa is even): C > lo and C < hi with
+   * the two ties folded into the bounds once (Nlo >= 1, Nhi < 2^64 - 1: no wrap). */
+  const uint64_t lo = Nlo - (uint64_t)((!stlo) & even), hi = Nhi + (uint64_t)(sthi | even);
   uint64_t qs[4];
   unsigned ok = 0;
 #pragma GCC unroll 4 /* unrolled, each k is a constant and each division a multiplication */
@@ -463,13 +468,12 @@ format_dec(uint64_t m, int e, int asym, int neg, int narrow, int D, int pmin, in
     if (pmin + i > pmax) break;
     int k = D + 1 - (pmin + i); /* >= 2 */
     uint64_t pk = pow10_u64[k];
-    uint64_t q = N0 / pk, r = N0 - q * pk, half = pk / 2;
-    q += (r > half) | ((r == half) & (st0 | (int)(q & 1)));
-    uint64_t C = q * pk; /* the rounded value, scaled as N0 */
-    /* C against the true midpoints Nlo + fraction and Nhi + fraction. */
-    int lo_ok = (C > Nlo) | ((C == Nlo) & !stlo & even);
-    int hi_ok = (C < Nhi) | ((C == Nhi) & (sthi | even));
-    ok |= (unsigned)(lo_ok & hi_ok) << i;
+    uint64_t q = N0 / pk, r = N0 - q * pk;
+    /* half to even: up when r > pk / 2, or r == pk / 2 with a fraction below or q odd; as
+     * r + that bit > pk / 2 (r < pk / 2 gives at most pk / 2) */
+    q += r + (uint64_t)(st0 | (int)(q & 1)) > pk / 2;
+    uint64_t C = q * pk;
+    ok |= (unsigned)((C > lo) & (C < hi)) << i;
     qs[i] = q;
   }
   ok |= 1u << (pmax - pmin); /* pmax digits always read back; this only guards the index */
