@@ -51,6 +51,14 @@ trap cleanup EXIT
 FAIL=0
 fail() { echo "FAIL: $*"; FAIL=1; }
 ok() { echo "ok: $*"; }
+stop_tpud() { # NAME: SIGTERM must end the running tpud cleanly, its log free of crashes
+  kill -TERM "$PID" 2>/dev/null
+  wait "$PID"
+  local rc=$?
+  PID=
+  [ $rc = 0 ] || fail "$1 exited $rc after SIGTERM: $(tail -5 "$LOG")"
+  grep -E "AddressSanitizer|runtime error|Segmentation|assert" "$LOG" && fail "$1 log: see above"
+}
 T0=$SECONDS
 
 GEN=$WORK/gen
@@ -209,12 +217,7 @@ else
   echo "note: python3-xgboost is not installed: part 3 (larger boosters) is skipped"
 fi
 
-kill -TERM "$PID" 2>/dev/null
-wait "$PID"
-rc=$?
-PID=
-[ $rc = 0 ] || fail "tpud exited $rc after SIGTERM: $(tail -5 "$LOG")"
-grep -E "AddressSanitizer|runtime error|Segmentation|assert" "$LOG" && fail "tpud log: see above"
+stop_tpud "tpud"
 
 echo "-- 4. the GEMM strategy forced: the fixtures' reference rows again ($((SECONDS - T0)) s)"
 REPO4=$WORK/repo4
@@ -243,12 +246,7 @@ esac
 grep -q '"sim_cycles": *[1-9]' "$WORK/debug4.json" &&
   ok "gemm: the buckets report the systolic array's cycles" ||
   fail "gemm: no systolic cycles in /v2/debug/models"
-kill -TERM "$PID" 2>/dev/null
-wait "$PID"
-rc=$?
-PID=
-[ $rc = 0 ] || fail "tpud (gemm) exited $rc after SIGTERM: $(tail -5 "$LOG")"
-grep -E "AddressSanitizer|runtime error|Segmentation|assert" "$LOG" && fail "tpud log: see above"
+stop_tpud "tpud (gemm)"
 
 echo "test_trees: $((SECONDS - T0)) s"
 [ $FAIL = 0 ] && echo "test_trees: all passed" || echo "test_trees: FAILED"
